@@ -1,0 +1,1 @@
+"""The shared trainer: config, data, tasks, parallel strategies, tracking."""

@@ -1,0 +1,243 @@
+"""The training configuration: one typed dataclass, its command-line flags and its checks.
+
+Values are resolved in three layers: TrainConfig's defaults, then the paper
+spec's `defaults`, then the flags the user gave. `validate` turns every mistake
+into a ConfigError whose message is one line naming the valid choices; train.py
+prints it and exits with code 2 before anything is written.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+STRATEGIES = ("auto", "single", "ddp")
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+
+
+class ConfigError(ValueError):
+    """A mistake in the user's input, reported as one line and exit code 2."""
+
+
+@dataclass
+class TrainConfig:
+    paper: str
+    flavor: str = "tiny"
+    dataset: str = "digits"
+    data_dir: str | None = None
+    epochs: int = 10
+    max_steps: int | None = None  # stop after this many optimizer steps (the schedule ends there too)
+    batch_size: int = 64  # global: samples per optimizer step over all processes and micro-steps
+    lr: float = 1e-3  # peak learning rate, reached after warmup
+    weight_decay: float = 0.05
+    warmup_steps: int = 0
+    label_smoothing: float = 0.0
+    seed: int = 0
+    precision: str = "fp32"
+    grad_accum: int = 1  # micro-steps per optimizer step
+    clip_grad: float = 0.0  # max global gradient norm; 0 turns clipping off
+    strategy: str = "auto"
+    compile: bool = False
+    out: str | None = None  # the run directory; default runs/<paper>-<time>-<id>
+    wandb: str = "auto"
+    wandb_project: str = "paper-study"
+    log_every: int = 10  # optimizer steps between logged losses
+    num_workers: int = 0
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainConfig":
+        """A config from a dict (config.json, or code); unknown keys and wrong types are errors."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(names))}")
+        if "paper" not in values:
+            raise ConfigError("no paper given; choose one with --paper")
+        hints = typing.get_type_hints(cls)
+        for key, value in values.items():
+            if not _is_instance(value, hints[key]):
+                raise ConfigError(f"{key} must be {_type_name(hints[key])}, got {value!r}")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _is_instance(value, hint) -> bool:
+    if isinstance(hint, types.UnionType):
+        return any(_is_instance(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint) -> str:
+    if isinstance(hint, types.UnionType):
+        return " or ".join(_type_name(h) for h in typing.get_args(hint))
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(hint, "null")
+
+
+# ---------------------------------------------------------------- command line
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line on stderr and exit code 2, with no usage block."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise ConfigError(message)
+
+
+def _number(kind: type, minimum: float, inclusive: bool):
+    word = {(int, False): "a positive integer", (int, True): "an integer >= 0",
+            (float, False): "a positive number", (float, True): "a number >= 0"}[kind, inclusive]
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {word}, got '{text}'") from None
+        if value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"expected {word}, got '{text}'")
+        return value
+
+    parse.__name__ = word
+    return parse
+
+
+positive_int = _number(int, 0, inclusive=False)
+non_negative_int = _number(int, 0, inclusive=True)
+positive_float = _number(float, 0, inclusive=False)
+non_negative_float = _number(float, 0, inclusive=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every flag defaults to 'not given', so the paper's defaults can fill what the user left out."""
+    p = _Parser(prog="train.py", description="Train a paper's model with the shared trainer.",
+                argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    p.add_argument("--list", action="store_true", help="list the papers and exit")
+    p.add_argument("--paper", help="which paper (see --list)")
+    p.add_argument("--flavor", help="model flavor; 'tiny' (default) or the paper's own sizes")
+    p.add_argument("--dataset", help="dataset name; the paper's default if left out")
+    p.add_argument("--data-dir", help="folder holding a real dataset")
+    p.add_argument("--epochs", type=positive_int)
+    p.add_argument("--max-steps", type=positive_int, help="stop after this many optimizer steps")
+    p.add_argument("--batch-size", type=positive_int, help="global batch, whatever the number of processes")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate")
+    p.add_argument("--weight-decay", type=non_negative_float)
+    p.add_argument("--warmup-steps", type=non_negative_int)
+    p.add_argument("--label-smoothing", type=non_negative_float)
+    p.add_argument("--seed", type=non_negative_int)
+    p.add_argument("--precision", choices=PRECISIONS)
+    p.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
+    p.add_argument("--clip-grad", type=non_negative_float, help="max gradient norm; 0 turns it off")
+    p.add_argument("--strategy", choices=STRATEGIES, help="auto: ddp under torchrun with >1 process, else single")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--out", help="run directory (must not hold a run yet)")
+    p.add_argument("--wandb", choices=WANDB_MODES, help="auto: online with an API key, else offline")
+    p.add_argument("--wandb-project")
+    p.add_argument("--log-every", type=positive_int, help="optimizer steps between logged losses")
+    p.add_argument("--num-workers", type=non_negative_int, help="DataLoader worker processes")
+    return p
+
+
+def resolve(flags: dict) -> TrainConfig:
+    """TrainConfig defaults, then the paper's defaults, then the flags given."""
+    from papers import get_paper
+
+    if "paper" not in flags:
+        from papers import list_papers
+
+        raise ConfigError(f"--paper is required; choose from: {', '.join(list_papers())}")
+    try:
+        spec = get_paper(flags["paper"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return TrainConfig.from_dict({**spec.defaults, **flags})
+
+
+# ---------------------------------------------------------------- checks
+
+
+def world_size_from_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = None) -> None:
+    """Raise ConfigError for the first thing wrong with `cfg`; writes nothing."""
+    from common.data import get_dataset
+    from papers import get_paper
+
+    try:
+        spec = get_paper(cfg.paper)
+        data = get_dataset(cfg.dataset)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.flavor not in spec.flavors:
+        raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
+    if data.inputs != spec.inputs:
+        raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
+    for choices, name in ((PRECISIONS, "precision"), (STRATEGIES, "strategy"), (WANDB_MODES, "wandb")):
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
+    for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_steps"):
+        value = getattr(cfg, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"{name} must be a positive integer, got {value}")
+    if cfg.lr <= 0:
+        raise ConfigError(f"lr must be a positive number, got {cfg.lr}")
+    for name in ("weight_decay", "warmup_steps", "label_smoothing", "clip_grad", "seed", "num_workers"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.label_smoothing >= 1:
+        raise ConfigError(f"label_smoothing must be below 1, got {cfg.label_smoothing}")
+
+    shards = world_size * cfg.grad_accum
+    if cfg.batch_size % shards:
+        below, above = cfg.batch_size // shards * shards, (cfg.batch_size // shards + 1) * shards
+        nearest = f"{below} or {above}" if below else f"{above}"
+        raise ConfigError(
+            f"batch size {cfg.batch_size} does not divide over {world_size} process(es) x {cfg.grad_accum} "
+            f"accumulation step(s); use a multiple of {shards}, such as {nearest}"
+        )
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.precision == "fp16" and device_type != "cuda":
+        raise ConfigError("fp16 needs a CUDA device; on a CPU use --precision bf16")
+
+    try:
+        with torch.device("meta"):  # builds nothing real: catches a flavor that cannot take the dataset
+            spec.build(cfg.flavor, **data.model_kwargs)
+    except ValueError as e:
+        raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
+
+    from common.parallel import resolve_strategy
+
+    try:
+        resolve_strategy(cfg.strategy, world_size)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+    if cfg.out is not None:
+        out = Path(cfg.out)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {cfg.out} is a file, not a folder; choose a new folder")
+        if (out / "config.json").exists():
+            raise ConfigError(f"--out {cfg.out} already holds a run; choose a new folder")
+
+
+def save(cfg: TrainConfig, path: Path) -> None:
+    path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+
+
+def load(path: Path) -> TrainConfig:
+    return TrainConfig.from_dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,160 @@
+"""Experiment tracking: Weights & Biases on rank 0, one wandb run per launch.
+
+A wandb failure never stops training: the tracker warns once and goes on
+without it. Other ranks get a tracker that does nothing.
+"""
+
+import json
+import netrc
+import os
+import platform
+import shlex
+import subprocess
+import warnings
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+
+def has_api_key() -> bool:
+    """True when wandb could log in without asking: WANDB_API_KEY, or a netrc entry for its host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = os.environ.get("NETRC") or Path.home() / ".netrc"
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_mode(mode: str) -> str:
+    if mode == "auto":
+        return "online" if has_api_key() else "offline"
+    return mode
+
+
+class Tracker:
+    """Logs to wandb, or does nothing when disabled, on another rank, or after a wandb failure.
+
+    Args:
+        mode: online, offline or disabled (resolve "auto" first).
+        project: the wandb project.
+        run_dir: the run directory; wandb's own files go to `run_dir/wandb/`.
+        name: the run's display name.
+        config: the resolved config, logged as the run's config.
+    """
+
+    def __init__(self, mode: str, project: str, run_dir: Path, name: str, config: dict):
+        self.run = None
+        self.mode = mode
+        if mode == "disabled":
+            return
+        try:
+            import wandb
+
+            self.run = wandb.init(
+                project=project, name=name, dir=str(run_dir), mode=mode, config=config,
+                settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+            )
+        except Exception as e:  # wandb must never stop training
+            self._fail(e)
+
+    def _fail(self, error: Exception) -> None:
+        warnings.warn(f"wandb failed ({type(error).__name__}: {error}); training goes on without it", stacklevel=3)
+        self.run = None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.run.id if self.run is not None else None
+
+    @property
+    def sync_dir(self) -> str | None:
+        return self.run.settings.sync_dir if self.run is not None else None
+
+    def log(self, values: dict, step: int) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.log(values, step=step)
+        except Exception as e:
+            self._fail(e)
+
+    def summary(self, values: dict) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.summary.update(values)
+        except Exception as e:
+            self._fail(e)
+
+    def finish(self) -> str | None:
+        """Close the run; returns a line saying where it went."""
+        if self.run is None:
+            return None
+        run, sync_dir = self.run, self.sync_dir
+        try:
+            url = run.url if self.mode == "online" else None
+            run.finish()
+        except Exception as e:
+            self._fail(e)
+            return None
+        self.run = None
+        if self.mode == "offline":
+            return f"wandb: offline run in {sync_dir}; upload it with `wandb sync {sync_dir}`"
+        return f"wandb: {url}"
+
+
+class NullTracker(Tracker):
+    """What ranks other than 0 use."""
+
+    def __init__(self):
+        self.run = None
+        self.mode = "disabled"
+
+
+
+# ---------------------------------------------------------------- what a result records
+
+
+def git_commit() -> str | None:
+    """The repo's commit, with "-dirty" when tracked files have uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+def command_line(argv: list[str]) -> str:
+    """How this run was launched, as a command a user can paste."""
+    nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    nnodes = int(os.environ.get("WORLD_SIZE", "1")) // max(nproc, 1)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        launcher = ["torchrun"] + (["--nnodes", str(nnodes)] if nnodes > 1 else []) + ["--nproc_per_node", str(nproc)]
+    else:
+        launcher = ["python"]
+    return shlex.join(launcher + ["train.py"] + argv)
+
+
+def write_json(path: Path, values: dict) -> None:
+    """Write atomically: a reader sees the old file or the whole new one, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(values, indent=2) + "\n")
+    os.replace(tmp, path)

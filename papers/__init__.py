@@ -1,0 +1,65 @@
+"""The registry of papers.
+
+Each paper folder defines a `PAPER` spec; every one is imported here by name,
+so none can go missing silently. Adding a paper is one line in `_PAPERS`.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch.nn as nn
+
+
+@dataclass(frozen=True)
+class PaperSpec:
+    """What the trainer needs to know about a paper.
+
+    Args:
+        name: the --paper value.
+        family: cnn, rnn or transformer.
+        title, authors, year, url: the paper.
+        model: the model class; called with a flavor's keyword arguments.
+        flavors: flavor name -> model keyword arguments; "tiny" is the default.
+        inputs: the kind of sample the model reads ("image"); datasets must match.
+        task: the task kind of its default dataset (see common.tasks).
+        defaults: TrainConfig values for this paper (dataset, epochs, lr, ...).
+        reference: the trusted implementation it is checked against.
+    """
+
+    name: str
+    family: str
+    title: str
+    authors: str
+    year: int
+    url: str
+    model: Callable[..., nn.Module]
+    flavors: dict[str, dict]
+    inputs: str
+    task: str
+    defaults: dict = field(default_factory=dict)
+    reference: str = ""
+
+    def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
+        """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""
+        if flavor not in self.flavors:
+            raise ValueError(f"unknown flavor '{flavor}' for {self.name}; choose from: {', '.join(self.flavors)}")
+        return self.model(**{**self.flavors[flavor], **overrides})
+
+
+def _papers() -> dict[str, PaperSpec]:
+    from papers import vit
+
+    return {spec.name: spec for spec in (vit.PAPER,)}
+
+
+_PAPERS = _papers()
+
+
+def list_papers() -> list[str]:
+    return list(_PAPERS)
+
+
+def get_paper(name: str) -> PaperSpec:
+    if name not in _PAPERS:
+        raise ValueError(f"unknown paper '{name}'; choose from: {', '.join(_PAPERS)}")
+    return _PAPERS[name]

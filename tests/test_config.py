@@ -1,0 +1,110 @@
+"""Bad input: one line on stderr naming what is wrong and the valid choices, exit code 2,
+no traceback, nothing written. And the three layers of defaults."""
+
+import subprocess
+import sys
+
+import pytest
+
+from common.config import ConfigError, TrainConfig, build_parser, resolve, validate
+from tests.conftest import ROOT, load_json
+from train import main
+
+# (flags, words the one line must contain)
+BAD_INPUTS = {
+    "unknown paper": (["--paper", "vitt"], ["vitt", "choose from", "vit"]),
+    "no paper": ([], ["--paper", "choose from", "vit"]),
+    "unknown flavor": (["--paper", "vit", "--flavor", "huge"], ["huge", "choose from", "tiny", "ViT-B/16"]),
+    "unknown dataset": (["--paper", "vit", "--dataset", "mnist-3d"], ["mnist-3d", "choose from", "digits"]),
+    "unknown precision": (["--paper", "vit", "--precision", "fp8"], ["fp8", "fp32", "bf16", "fp16"]),
+    "unknown strategy": (["--paper", "vit", "--strategy", "zero3"], ["zero3", "ddp", "single"]),
+    "unknown wandb mode": (["--paper", "vit", "--wandb", "cloud"], ["cloud", "offline", "disabled"]),
+    "zero batch size": (["--paper", "vit", "--batch-size", "0"], ["--batch-size", "positive integer", "'0'"]),
+    "negative batch size": (["--paper", "vit", "--batch-size", "-8"], ["--batch-size", "positive integer"]),
+    "zero epochs": (["--paper", "vit", "--epochs", "0"], ["--epochs", "positive integer"]),
+    "zero max steps": (["--paper", "vit", "--max-steps", "0"], ["--max-steps", "positive integer"]),
+    "zero grad accum": (["--paper", "vit", "--grad-accum", "0"], ["--grad-accum", "positive integer"]),
+    "zero lr": (["--paper", "vit", "--lr", "0"], ["--lr", "positive number"]),
+    "negative lr": (["--paper", "vit", "--lr", "-0.001"], ["--lr", "positive number"]),
+    "negative weight decay": (["--paper", "vit", "--weight-decay", "-0.1"], ["--weight-decay", ">= 0"]),
+    "epochs not an integer": (["--paper", "vit", "--epochs", "ten"], ["--epochs", "integer", "'ten'"]),
+    "epochs a fraction": (["--paper", "vit", "--epochs", "2.5"], ["--epochs", "integer", "'2.5'"]),
+    "lr not a number": (["--paper", "vit", "--lr", "fast"], ["--lr", "number", "'fast'"]),
+    "label smoothing of 1": (["--paper", "vit", "--label-smoothing", "1"], ["label_smoothing", "below 1"]),
+    "unknown flag": (["--paper", "vit", "--epoch", "3"], ["unrecognized", "--epoch"]),
+    "batch not dividing over accumulation": (
+        ["--paper", "vit", "--batch-size", "64", "--grad-accum", "3"], ["batch size 64", "multiple of 3", "63 or 66"]),
+    "fp16 on a CPU": (["--paper", "vit", "--precision", "fp16"], ["fp16", "CUDA", "bf16"]),
+    "flavor too big for the data": (["--paper", "vit", "--flavor", "ViT-B/16"], ["ViT-B/16", "digits", "patch size 16"]),
+}
+
+
+def assert_one_clean_line(code: int, err: str, words: list[str]) -> None:
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(case, capsys, monkeypatch, tmp_path):
+    if case == "fp16 on a CPU":
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    flags, words = BAD_INPUTS[case]
+    code = main(flags + ["--wandb", "disabled"] if "--wandb" not in flags else flags)
+    out, err = capsys.readouterr()
+    assert_one_clean_line(code, err, words)
+    assert out == ""
+    assert list(tmp_path.iterdir()) == [], "nothing may be written"
+
+
+def test_batch_that_does_not_divide_over_processes(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "4")  # as torchrun --nproc_per_node 4 sets it
+    code = main(["--paper", "vit", "--batch-size", "30", "--wandb", "disabled"])
+    assert_one_clean_line(code, capsys.readouterr().err, ["batch size 30", "4 process(es)", "multiple of 4", "28 or 32"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_folder_holding_a_run_is_not_overwritten(capsys, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"paper": "vit"}')
+    (run / "result.json").write_text('{"final": 0.99}')
+    code = main(["--paper", "vit", "--out", str(run), "--wandb", "disabled"])
+    assert_one_clean_line(code, capsys.readouterr().err, [str(run), "already holds a run"])
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "result.json"]
+    assert load_json(run / "result.json") == {"final": 0.99}
+
+
+def test_no_traceback_from_the_real_command():
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "--paper", "vit", "--flavor", "giant"],
+                          capture_output=True, text=True, timeout=120)
+    assert_one_clean_line(proc.returncode, proc.stderr, ["giant", "choose from", "tiny"])
+
+
+def test_defaults_come_from_the_dataclass_then_the_paper_then_the_flags():
+    cfg = resolve(vars(build_parser().parse_args(["--paper", "vit", "--lr", "0.01"])))
+    assert cfg.lr == 0.01  # flag
+    assert cfg.epochs == 30 and cfg.label_smoothing == 0.1  # the ViT spec's defaults
+    assert cfg.grad_accum == 1 and cfg.precision == "fp32"  # TrainConfig's
+    validate(cfg)
+
+
+def test_config_from_a_dict_rejects_unknown_keys_and_wrong_types():
+    assert TrainConfig.from_dict({"paper": "vit", "lr": 1}).lr == 1  # an int is a valid float
+    with pytest.raises(ConfigError, match="unknown config key.*learning_rate"):
+        TrainConfig.from_dict({"paper": "vit", "learning_rate": 0.1})
+    with pytest.raises(ConfigError, match="epochs must be an integer"):
+        TrainConfig.from_dict({"paper": "vit", "epochs": "10"})
+    with pytest.raises(ConfigError, match="compile must be true or false"):
+        TrainConfig.from_dict({"paper": "vit", "compile": 1})
+
+
+def test_list_prints_every_paper(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "vit" in out and "transformer" in out and "2020" in out and "ViT-H/14" in out

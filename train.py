@@ -1,0 +1,46 @@
+"""Train a paper's model: `python train.py --paper vit`, or `torchrun --nproc_per_node 2 train.py --paper vit`.
+
+This file only parses and checks the command line; the loop is common/trainer.py.
+"""
+
+import os
+import sys
+
+
+def print_papers() -> None:
+    from papers import get_paper, list_papers
+
+    rows = [("name", "family", "year", "flavors", "title")]
+    for name in list_papers():
+        spec = get_paper(name)
+        rows.append((spec.name, spec.family, str(spec.year), ", ".join(spec.flavors), spec.title))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from common.config import ConfigError, build_parser, resolve, validate, world_size_from_env
+
+    argv = sys.argv[1:] if argv is None else argv
+    is_main = os.environ.get("RANK", "0") == "0"
+    try:
+        flags = vars(build_parser().parse_args(argv))
+        if flags.pop("list", False):
+            print_papers()
+            return 0
+        cfg = resolve(flags)
+        validate(cfg, world_size=world_size_from_env())
+
+        from common.trainer import train
+
+        train(cfg, argv)
+    except ConfigError as e:
+        if is_main:
+            print(f"train.py: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
