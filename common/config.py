@@ -237,7 +237,3 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
 
 def save(cfg: TrainConfig, path: Path) -> None:
     path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-
-
-def load(path: Path) -> TrainConfig:
-    return TrainConfig.from_dict(json.loads(Path(path).read_text()))
