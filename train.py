@@ -20,7 +20,7 @@ def print_papers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.config import ConfigError, build_parser, resolve, validate, world_size_from_env
+    from common.config import ConfigError, build_parser, resolve, resolve_resume, validate, world_size_from_env
 
     argv = sys.argv[1:] if argv is None else argv
     is_main = os.environ.get("RANK", "0") == "0"
@@ -29,12 +29,14 @@ def main(argv: list[str] | None = None) -> int:
         if flags.pop("list", False):
             print_papers()
             return 0
-        cfg = resolve(flags)
-        validate(cfg, world_size=world_size_from_env())
+        resuming = "resume" in flags
+        cfg = resolve_resume(flags) if resuming else resolve(flags)
+        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+        validate(cfg, world_size=world_size_from_env(), resuming=resuming or restarted)
 
         from common.trainer import train
 
-        train(cfg, argv)
+        train(cfg, argv, resume=resuming)
     except ConfigError as e:
         if is_main:
             print(f"train.py: error: {e}", file=sys.stderr)

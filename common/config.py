@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
+from common.parallel import STRATEGIES, resolve_strategy
+
 PRECISIONS = ("fp32", "bf16", "fp16")
-STRATEGIES = ("auto", "single", "ddp")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
@@ -46,6 +47,8 @@ class TrainConfig:
     strategy: str = "auto"
     compile: bool = False
     out: str | None = None  # the run directory; default runs/<paper>-<time>-<id>
+    ckpt_every: int | None = None  # optimizer steps between checkpoints; None: at each epoch's end
+    keep_ckpts: int = 2  # the newest checkpoints kept
     wandb: str = "auto"
     wandb_project: str = "paper-study"
     log_every: int = 10  # optimizer steps between logged losses
@@ -142,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
     p.add_argument("--clip-grad", type=non_negative_float, help="max gradient norm; 0 turns it off")
     p.add_argument("--strategy", choices=STRATEGIES, help="auto: ddp under torchrun with >1 process, else single")
+    p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
+    p.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--out", help="run directory (must not hold a run yet)")
     p.add_argument("--wandb", choices=WANDB_MODES, help="auto: online with an API key, else offline")
@@ -149,6 +155,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-every", type=positive_int, help="optimizer steps between logged losses")
     p.add_argument("--num-workers", type=non_negative_int, help="DataLoader worker processes")
     return p
+
+
+# flags that may change when a run is resumed: how it runs, not what it computes
+RESUMABLE = {"strategy", "wandb", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile"}
+
+
+def resolve_resume(flags: dict) -> TrainConfig:
+    """The config of the run in `flags["resume"]`, with the few flags that may change on resume."""
+    run_dir = Path(flags.pop("resume"))
+    fixed = sorted(set(flags) - RESUMABLE)
+    if fixed:
+        raise ConfigError(f"--{fixed[0].replace('_', '-')} cannot change when resuming; "
+                          f"only {', '.join('--' + f.replace('_', '-') for f in sorted(RESUMABLE))} can")
+    if not (run_dir / "config.json").is_file():
+        raise ConfigError(f"--resume {run_dir}: no run there (no config.json)")
+    if (run_dir / "result.json").exists():
+        raise ConfigError(f"--resume {run_dir}: that run has finished (result.json); start a new one")
+    try:
+        saved = json.loads((run_dir / "config.json").read_text())
+    except ValueError as e:
+        raise ConfigError(f"--resume {run_dir}: config.json is not valid JSON ({e})") from None
+    return TrainConfig.from_dict(saved | flags | {"out": str(run_dir)})
 
 
 def resolve(flags: dict) -> TrainConfig:
@@ -173,8 +201,13 @@ def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = None) -> None:
-    """Raise ConfigError for the first thing wrong with `cfg`; writes nothing."""
+def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = None, resuming: bool = False) -> None:
+    """Raise ConfigError for the first thing wrong with `cfg`; writes nothing.
+
+    Args:
+        resuming: the run continues in cfg.out (--resume, or a torchrun restart), which
+            may therefore already hold it.
+    """
     from common.data import get_dataset
     from papers import get_paper
 
@@ -187,10 +220,10 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
-    for choices, name in ((PRECISIONS, "precision"), (STRATEGIES, "strategy"), (WANDB_MODES, "wandb")):
+    for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
-    for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_steps"):
+    for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts"):
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise ConfigError(f"{name} must be a positive integer, got {value}")
@@ -220,8 +253,6 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     except ValueError as e:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
 
-    from common.parallel import resolve_strategy
-
     try:
         resolve_strategy(cfg.strategy, world_size)
     except ValueError as e:
@@ -231,7 +262,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         out = Path(cfg.out)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out {cfg.out} is a file, not a folder; choose a new folder")
-        if (out / "config.json").exists():
+        if (out / "config.json").exists() and not resuming:
             raise ConfigError(f"--out {cfg.out} already holds a run; choose a new folder")
 
 

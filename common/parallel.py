@@ -1,17 +1,29 @@
 """Processes, devices and model wrapping, in one place and one order.
 
-The order is fixed: build the model, move it to the device, compile it, then
-wrap it for the strategy. The model code itself never sees any of this.
+The order is fixed for every strategy: build the model, move it to the
+device, compile it (in place, so parameter names keep no `_orig_mod.`), then
+wrap it. The model code itself never sees any of this.
+
+    single  one process, one device
+    dp      nn.DataParallel over every visible CUDA device, in one process
+    ddp     DistributedDataParallel, one process per device (torchrun)
+    fsdp    FSDP2: `fully_shard` on each block the paper names, then on the root
 """
 
 import contextlib
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+STRATEGIES = ("auto", "single", "dp", "ddp", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -42,8 +54,13 @@ def setup() -> Env:
     else:
         device = torch.device("cpu")
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", device_id=device
-                                if device.type == "cuda" else None)
+        # torchrun's store can outlive a restart of the workers (static rendezvous), and with it the
+        # addresses the failed attempt published; keys prefixed by the attempt keep the new group clean
+        store, _, _ = next(dist.rendezvous("env://"))
+        store = dist.PrefixStore(f"attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+        cuda = device.type == "cuda"
+        dist.init_process_group(backend="nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size,
+                                device_id=device if cuda else None)
     return Env(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
@@ -52,53 +69,136 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def resolve_strategy(strategy: str, world_size: int) -> str:
-    """`auto` is ddp with more than one process, else single; ddp in one process runs as single."""
-    if strategy == "single" and world_size > 1:
-        raise ValueError(f"--strategy single runs one process, but {world_size} were launched; use ddp")
-    if world_size == 1:
+def resolve_strategy(strategy: str, world_size: int, cuda_devices: int | None = None) -> str:
+    """The strategy that will run. `auto` is ddp with more than one process, else single;
+    ddp and fsdp in one process, and dp with fewer than two GPUs, run as single."""
+    cuda_devices = torch.cuda.device_count() if cuda_devices is None else cuda_devices
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy '{strategy}'; choose from: {', '.join(STRATEGIES)}")
+    if world_size > 1 and strategy in ("single", "dp"):
+        raise ValueError(f"--strategy {strategy} runs in one process, but {world_size} were launched; use ddp or fsdp")
+    if strategy == "auto":
+        return "ddp" if world_size > 1 else "single"
+    if strategy == "dp" and cuda_devices < 2:
         return "single"
-    return "ddp" if strategy == "auto" else strategy
+    if world_size == 1 and strategy in ("ddp", "fsdp"):
+        return "single"
+    return strategy
 
 
-def parallelize(model: nn.Module, strategy: str, env: Env, compile: bool = False) -> nn.Module:
-    """Move, compile, wrap: the one order every strategy follows."""
+def parallelize(model: nn.Module, strategy: str, env: Env, compile: bool = False, shard_blocks: str = "blocks",
+                precision: str = "fp32") -> nn.Module:
+    """Move, compile, wrap: the one order every strategy follows.
+
+    Args:
+        shard_blocks: the attribute holding the model's repeated blocks (a ModuleList);
+            fsdp shards each of them as a unit, then the root.
+        precision: with fsdp and bf16, parameters are gathered in bf16 and gradients
+            reduced in fp32.
+    """
     model = model.to(env.device)
+    if strategy == "fsdp":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
+        for block in getattr(model, shard_blocks):
+            if compile:
+                block.compile()
+            fully_shard(block, mp_policy=mp)
+        return fully_shard(model, mp_policy=mp)
     if compile:
-        model = torch.compile(model)
+        model.compile()
+    if strategy == "dp":
+        return DataParallel(model)
     if strategy == "ddp":
-        model = DistributedDataParallel(model, device_ids=[env.device] if env.device.type == "cuda" else None)
+        return DistributedDataParallel(model, device_ids=[env.device] if env.device.type == "cuda" else None)
     return model
 
 
+def warn_fallback(requested: str, strategy: str) -> None:
+    """One warning line when the strategy asked for cannot run here."""
+    if requested in ("dp", "ddp", "fsdp") and strategy != requested:
+        why = "fewer than two CUDA devices are visible" if requested == "dp" else "only one process was launched"
+        warnings.warn(f"--strategy {requested} runs as single: {why}", stacklevel=2)
+
+
 def unwrap(model: nn.Module) -> nn.Module:
-    """The user's model inside any wrapper (DDP's `module.`, compile's `_orig_mod.`)."""
-    while True:
-        if isinstance(model, DistributedDataParallel):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model
+    """The user's model inside DataParallel or DDP (FSDP2 and in-place compile keep it as it is)."""
+    return model.module if isinstance(model, (DataParallel, DistributedDataParallel)) else model
 
 
-def unwrap_ddp(model: nn.Module) -> nn.Module:
-    """The module DDP wraps, still compiled: for evaluation, which needs no gradient sync and
-    lets ranks hold evaluation shards of different lengths."""
+def eval_module(model: nn.Module) -> nn.Module:
+    """What evaluation calls: the model without DDP (no gradient sync), but still FSDP (its gathers)."""
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
-def no_sync(model: nn.Module, skip: bool):
-    """Within a non-final micro-step, DDP's gradient all-reduce is skipped."""
-    if skip and isinstance(model, DistributedDataParallel):
+def gradient_sync(model: nn.Module, enabled: bool):
+    """Within a non-final accumulation micro-step the gradient reduction is skipped."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(enabled)
+        return contextlib.nullcontext()
+    if not enabled and isinstance(model, DistributedDataParallel):
         return model.no_sync()
     return contextlib.nullcontext()
+
+
+def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
+    """Clip to a global gradient norm; with sharded (DTensor) gradients the norm is the
+    norm of the whole gradient, gathered over the shards, not of the local shard."""
+    parameters = [p for p in parameters if p.grad is not None]
+    total_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], foreach=True)
+    if isinstance(total_norm, DTensor):
+        total_norm = total_norm.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=True)
+    return total_norm
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole, unwrapped state dict on CPU (on rank 0; other ranks get an empty dict).
+    Every rank must call it: under fsdp it gathers the shards."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(unwrap(model), options=options)
+
+
+def local_bytes(tensors) -> int:
+    """Bytes this rank holds for these tensors (its own shard of a DTensor)."""
+    total = 0
+    for t in tensors:
+        t = t.to_local() if isinstance(t, DTensor) else t
+        total += t.numel() * t.element_size()
+    return total
+
+
+def memory_per_rank(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """This rank's bytes of parameters, gradients and optimizer state."""
+    params = list(unwrap(model).parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    sizes = {
+        "params": local_bytes(params),
+        "grads": local_bytes(p.grad for p in params if p.grad is not None),
+        "optimizer": local_bytes(state),
+    }
+    return sizes | {"total": sum(sizes.values())}
 
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
+
+
+def all_reduce_max(value: int) -> int:
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def all_gather_object(obj) -> list:
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def broadcast_object(obj, src: int = 0):
@@ -108,3 +208,8 @@ def broadcast_object(obj, src: int = 0):
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

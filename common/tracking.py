@@ -40,13 +40,14 @@ class Tracker:
 
     Args:
         mode: online, offline or disabled (resolve "auto" first).
+        resume_id: continue this wandb run (a resumed or restarted training run).
         project: the wandb project.
         run_dir: the run directory; wandb's own files go to `run_dir/wandb/`.
         name: the run's display name.
         config: the resolved config, logged as the run's config.
     """
 
-    def __init__(self, mode: str, project: str, run_dir: Path, name: str, config: dict):
+    def __init__(self, mode: str, project: str, run_dir: Path, name: str, config: dict, resume_id: str | None = None):
         self.run = None
         self.mode = mode
         if mode == "disabled":
@@ -56,6 +57,7 @@ class Tracker:
 
             self.run = wandb.init(
                 project=project, name=name, dir=str(run_dir), mode=mode, config=config,
+                id=resume_id, resume="allow" if resume_id else None,
                 settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
             )
         except Exception as e:  # wandb must never stop training
@@ -104,6 +106,12 @@ class Tracker:
         if self.mode == "offline":
             return f"wandb: offline run in {sync_dir}; upload it with `wandb sync {sync_dir}`"
         return f"wandb: {url}"
+
+
+def find_wandb_id(run_dir: Path) -> str | None:
+    """The id of the wandb run that a run directory already holds (its folder ends in -<id>)."""
+    folders = sorted((Path(run_dir) / "wandb").glob("*run-*-*"))
+    return folders[-1].name.rsplit("-", 1)[1] if folders else None
 
 
 class NullTracker(Tracker):

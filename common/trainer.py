@@ -1,12 +1,16 @@
 """The training loop shared by every paper, on one process or many.
 
 `train(cfg)` builds the model for the dataset, wraps it for the strategy,
-trains with AdamW and warmup-then-cosine, evaluates after every epoch, and
-leaves a run directory: config.json, result.json, model.safetensors.
+trains with AdamW and warmup-then-cosine, evaluates after every epoch,
+checkpoints, and leaves a run directory: config.json, result.json,
+model.safetensors, checkpoints/. A resumed run (`--resume`, or a torchrun
+restart after a crash) continues from its latest complete checkpoint.
 """
 
+import json
 import math
 import os
+import re
 import secrets
 import sys
 import time
@@ -17,20 +21,31 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from common import parallel
+from common import checkpoint, parallel
 from common.config import ConfigError, TrainConfig, save as save_config
 from common.data import eval_loader, get_dataset, train_loader
 from common.optim import build_optimizer, warmup_cosine
 from common.tasks import get_task
-from common.tracking import NullTracker, Tracker, command_line, device_name, git_commit, resolve_mode, write_json
+from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
+                             resolve_mode, write_json)
 from papers import get_paper
 
 
+def restart_count() -> int:
+    """How many times torchrun has restarted this launch's workers after a failure."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 def default_run_dir(paper: str) -> Path:
-    """runs/<paper>-<UTC time>-<id>; under torchrun the id comes from the rendezvous run id."""
+    """runs/<paper>-<UTC time>-<id>. Under torchrun the id is the rendezvous run id, the same
+    for every attempt of one launch, so restarted workers find the folder of the first."""
+    rdzv = re.sub(r"[^A-Za-z0-9_]", "", os.environ.get("TORCHELASTIC_RUN_ID", ""))[:12]
+    if rdzv and restart_count() > 0:
+        earlier = sorted(Path("runs").glob(f"{paper}-*-{rdzv}"))
+        if earlier:
+            return earlier[-1]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")[:6] or secrets.token_hex(3)
-    return Path("runs") / f"{paper}-{stamp}-{run_id}"
+    return Path("runs") / f"{paper}-{stamp}-{rdzv or secrets.token_hex(3)}"
 
 
 def autocast(precision: str, device: torch.device):
@@ -40,30 +55,45 @@ def autocast(precision: str, device: torch.device):
 
 @torch.no_grad()
 def evaluate(model, loader, task, env: parallel.Env, precision: str) -> dict[str, float]:
-    """The task's metrics over the whole evaluation set: each rank scores its share, then the sums are added."""
+    """The task's metrics over the whole evaluation set: each rank scores its share, then the sums are added.
+
+    A rank whose share has fewer batches repeats a forward whose result it drops, so
+    that sharded models (fsdp) keep their collective gathers in step across ranks.
+    """
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=env.device)
-    for x, y in loader:
-        x, y = x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
+    batches, first = iter(loader), None
+    for _ in range(parallel.all_reduce_max(len(loader))):
+        batch = next(batches, None)
+        first = first if first is not None else batch
+        x, y = (t.to(env.device, non_blocking=True) for t in (batch if batch is not None else first))
         with autocast(precision, env.device):
-            sums += task.eval_sums(model(x), y)
+            out = model(x)
+        if batch is not None:
+            sums += task.eval_sums(out, y)
     model.train()
     return task.metrics(parallel.all_reduce_sum(sums))
 
 
-def train(cfg: TrainConfig, argv: list[str] | None = None) -> dict:
-    """Train as `cfg` says; returns the result (also written to result.json on rank 0)."""
+def train(cfg: TrainConfig, argv: list[str] | None = None, resume: bool = False) -> dict:
+    """Train as `cfg` says; returns the result (also written to result.json on rank 0).
+
+    Args:
+        resume: continue the run in cfg.out from its latest complete checkpoint.
+    """
     env = parallel.setup()
     try:
-        return _train(cfg, env, argv if argv is not None else sys.argv[1:])
+        return _train(cfg, env, argv if argv is not None else sys.argv[1:], resume or restart_count() > 0)
     finally:
         parallel.teardown()
 
 
-def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str]) -> dict:
+def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool) -> dict:
     started = time.perf_counter()
     spec, data = get_paper(cfg.paper), get_dataset(cfg.dataset)
     strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
+    if env.is_main:
+        parallel.warn_fallback(cfg.strategy, strategy)
     task = get_task(data.task, cfg.label_smoothing)
 
     train_set, test_set = data.load(cfg.data_dir)
@@ -74,56 +104,93 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str]) -> dict:
         raise ConfigError(f"batch size {cfg.batch_size} is larger than the {len(train_set)} training samples of {data.name}")
     total_steps = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, steps_per_epoch * cfg.epochs)
     epochs = math.ceil(total_steps / steps_per_epoch)
+    ckpt_every = cfg.ckpt_every or steps_per_epoch
     test_loader = eval_loader(test_set, max(256, micro_batch), env.rank, env.world_size)
 
     run_dir = Path(cfg.out) if cfg.out else parallel.broadcast_object(default_run_dir(cfg.paper))
-    if env.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.json")
-        print(f"config ({strategy}, {env.world_size} process(es), {env.device}):", flush=True)
-        for key, value in cfg.to_dict().items():
-            print(f"  {key:16s} {value}", flush=True)
+    if resuming and (run_dir / "result.json").exists():  # a restart after the run had finished
+        if env.is_main:
+            print(f"run {run_dir} has already finished; its result.json stands", flush=True)
+        return json.loads((run_dir / "result.json").read_text())
+    resume_from = parallel.broadcast_object(checkpoint.latest(run_dir) if resuming else None)
 
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank and every run
     model = spec.build(cfg.flavor, **data.model_kwargs)
     n_params = sum(p.numel() for p in model.parameters())
-    model = parallel.parallelize(model, strategy, env, compile=cfg.compile)
-    eval_model = parallel.unwrap_ddp(model)
+    model = parallel.parallelize(model, strategy, env, compile=cfg.compile, shard_blocks=spec.shard_blocks,
+                                 precision=cfg.precision)
     optimizer = build_optimizer(parallel.unwrap(model), cfg.lr, cfg.weight_decay)
     scheduler = warmup_cosine(optimizer, cfg.warmup_steps, total_steps)
     scaler = torch.amp.GradScaler(env.device.type, enabled=cfg.precision == "fp16")
 
-    mode = resolve_mode(cfg.wandb)
-    tracker = Tracker(mode, cfg.wandb_project, run_dir, run_dir.name, cfg.to_dict()) if env.is_main else NullTracker()
-    tracker.summary({"params": n_params})
+    state = {"paper": cfg.paper, "flavor": cfg.flavor, "step": 0, "epoch": 0, "samples_in_epoch": 0,
+             "best": None, "history": [], "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None}
+    if resume_from is not None:  # raises CheckpointError before anything is written
+        state = checkpoint.load(resume_from, model, optimizer, env, cfg.paper, cfg.flavor)
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
 
-    step, train_seconds, best, history = 0, 0.0, None, []
-    progress = tqdm(total=total_steps, disable=not env.is_main, desc=f"{cfg.paper} {cfg.flavor}", unit="step")
+    # -- from here on the run directory is written
+    wandb_id = (state["wandb_run_id"] or find_wandb_id(run_dir)) if resuming else None
+    if env.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.json")
+        where = f"resumed at step {state['step']} from {resume_from}" if resume_from else "new run"
+        print(f"{where}; config ({strategy}, {env.world_size} process(es), {env.device}):", flush=True)
+        for key, value in cfg.to_dict().items():
+            print(f"  {key:16s} {value}", flush=True)
+    mode = resolve_mode(cfg.wandb)
+    tracker = (Tracker(mode, cfg.wandb_project, run_dir, run_dir.name, cfg.to_dict(), resume_id=wandb_id)
+               if env.is_main else NullTracker())
+    tracker.summary({"params": n_params})
+    state["wandb_run_id"] = parallel.broadcast_object(tracker.run_id)
+
+    last_saved = state["step"]
+
+    def save_checkpoint() -> None:
+        nonlocal started, last_saved
+        if last_saved == state["step"]:
+            return
+        state["wall_seconds"] += time.perf_counter() - started
+        started = time.perf_counter()
+        extra = {"scheduler": scheduler.state_dict(), "scaler": scaler.state_dict()}
+        checkpoint.save(run_dir, state["step"], model, optimizer, state | extra, env, cfg.keep_ckpts)
+        last_saved = state["step"]
+
+    memory = None
+    eval_model = parallel.eval_module(model)
+    progress = tqdm(total=total_steps, initial=state["step"], disable=not env.is_main,
+                    desc=f"{cfg.paper} {cfg.flavor}", unit="step")
     window_start, window_steps = time.perf_counter(), 0
-    for epoch in range(epochs):
-        loader.sampler.set_epoch(epoch)
+    for epoch in range(state["epoch"], epochs):
+        loader.sampler.set_epoch(epoch, start=state["samples_in_epoch"])
         batches = iter(loader)
         epoch_start = time.perf_counter()
-        for _ in range(min(steps_per_epoch, total_steps - step)):
+        done_in_epoch = state["samples_in_epoch"] // cfg.batch_size
+        for _ in range(min(steps_per_epoch - done_in_epoch, total_steps - state["step"])):
             loss = torch.zeros((), device=env.device)
             for micro in range(cfg.grad_accum):
                 x, y = next(batches)
                 x, y = x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
-                with parallel.no_sync(model, skip=micro < cfg.grad_accum - 1):
+                with parallel.gradient_sync(model, enabled=micro == cfg.grad_accum - 1):
                     with autocast(cfg.precision, env.device):
                         micro_loss = task.loss(model(x), y) / cfg.grad_accum
                     scaler.scale(micro_loss).backward()
                 loss += micro_loss.detach()
             if cfg.clip_grad > 0:
                 scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+                parallel.clip_grad_norm_(model.parameters(), cfg.clip_grad)
             scaler.step(optimizer)
             scaler.update()
+            if memory is None:  # gradients and optimizer state both exist now
+                memory = parallel.memory_per_rank(model, optimizer)
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
-            step += 1
+            state["step"] += 1
+            state["samples_in_epoch"] += cfg.batch_size
             window_steps += 1
             progress.update(1)
+            step = state["step"]
             if step % cfg.log_every == 0 or step == total_steps:
                 loss = parallel.all_reduce_sum(loss) / env.world_size
                 now = time.perf_counter()
@@ -132,19 +199,27 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str]) -> dict:
                 lr = scheduler.get_last_lr()[0]
                 tracker.log({"train/loss": loss.item(), "train/lr": lr, "train/samples_per_s": rate}, step=step)
                 progress.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}", samples_s=f"{rate:.0f}")
-        train_seconds += time.perf_counter() - epoch_start
+            if step % ckpt_every == 0 and state["samples_in_epoch"] < steps_per_epoch * cfg.batch_size:
+                save_checkpoint()  # mid-epoch; the epoch's end saves after its evaluation
+        state["train_seconds"] += time.perf_counter() - epoch_start
 
         metrics = evaluate(eval_model, test_loader, task, env, cfg.precision)
         value = metrics[task.metric]
+        best = state["best"]
         if best is None or (value > best[0] if task.higher_is_better else value < best[0]):
-            best = (value, epoch + 1)
-        history.append(value)
-        tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"epoch": epoch + 1}, step=step)
+            state["best"] = (value, epoch + 1)
+        state["history"].append(value)
+        state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
+        tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"epoch": epoch + 1}, step=state["step"])
         window_start, window_steps = time.perf_counter(), 0  # evaluation time is not training throughput
         if env.is_main:
             progress.write(f"epoch {epoch + 1}/{epochs}: test {task.metric} {value:.4f}, loss {metrics['loss']:.4f}")
+        if state["step"] % ckpt_every == 0 or epoch + 1 == epochs or cfg.ckpt_every is None:
+            save_checkpoint()
     progress.close()
 
+    weights = parallel.full_state_dict(model)  # every rank takes part in gathering fsdp shards
+    memory = parallel.all_gather_object(memory)
     result = {
         "paper": cfg.paper,
         "flavor": cfg.flavor,
@@ -152,32 +227,34 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str]) -> dict:
         "task": task.kind,
         "metric": task.metric,
         "higher_is_better": task.higher_is_better,
-        "final": history[-1],
-        "best": best[0],
-        "best_epoch": best[1],
+        "final": state["history"][-1],
+        "best": state["best"][0],
+        "best_epoch": state["best"][1],
         "params": n_params,
         "epochs": epochs,
-        "steps": step,
+        "steps": state["step"],
         "batch_size": cfg.batch_size,
         "strategy": strategy,
         "world_size": env.world_size,
         "precision": cfg.precision,
         "compile": cfg.compile,
-        "samples_per_s": step * cfg.batch_size / train_seconds,
-        "wall_s": time.perf_counter() - started,
+        "samples_per_s": state["step"] * cfg.batch_size / state["train_seconds"],
+        "memory_per_rank": memory,
+        "wall_s": state["wall_seconds"] + time.perf_counter() - started,
         "device": device_name(env.device),
         "torch": torch.__version__,
         "commit": git_commit(),
-        "wandb_run_id": tracker.run_id,
+        "wandb_run_id": state["wandb_run_id"],
         "command": command_line(argv),
         "run_dir": str(run_dir),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     if env.is_main:
-        state = {k: v.detach().cpu().contiguous() for k, v in parallel.unwrap(model).state_dict().items()}
-        save_file(state, run_dir / "model.safetensors")
+        save_file({k: v.contiguous() for k, v in weights.items()}, run_dir / "model.safetensors")
         write_json(run_dir / "result.json", result)
-        tracker.summary({f"final/{task.metric}": result["final"], f"best/{task.metric}": result["best"]} | result)
+        per_rank = {f"memory/rank{r}/{k}": v for r, m in enumerate(memory) if m for k, v in m.items()}
+        tracker.summary({f"final/{task.metric}": result["final"], f"best/{task.metric}": result["best"]}
+                        | per_rank | {k: v for k, v in result.items() if k != "memory_per_rank"})
         where = tracker.finish()
         print(f"test {task.metric}: {result['final']:.4f} (best {result['best']:.4f} at epoch {result['best_epoch']})")
         print(f"run directory: {run_dir}")

@@ -24,6 +24,8 @@ class PaperSpec:
         task: the task kind of its default dataset (see common.tasks).
         defaults: TrainConfig values for this paper (dataset, epochs, lr, ...).
         reference: the trusted implementation it is checked against.
+        shard_blocks: the attribute holding the model's repeated blocks (an nn.ModuleList);
+            fsdp shards each block as one unit.
     """
 
     name: str
@@ -38,6 +40,7 @@ class PaperSpec:
     task: str
     defaults: dict = field(default_factory=dict)
     reference: str = ""
+    shard_blocks: str = "blocks"
 
     def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
         """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""

@@ -23,11 +23,16 @@ def _no_wandb_login(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("WANDB_DATA_DIR", str(home / "wandb-data"))
 
 
+def launch_env() -> dict:
+    """This process's environment for a fresh launch: without the wandb service that an
+    in-process test run started (wandb exports its address) and without torchrun's variables."""
+    return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "WANDB_SERVICE")}
+
+
 def torchrun(args: list[str], cwd: Path, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node N train.py ARGS` from `cwd`, as a user types it."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), str(ROOT / "train.py"), *args]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=launch_env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -69,3 +74,48 @@ def load_json(path: Path) -> dict:
 def wandb_items(items) -> dict:
     """A history or summary record's items as {"train/loss": value}."""
     return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(Path(run_dir) / "model.safetensors")
+
+
+def max_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def bitwise_equal(a: dict, b: dict) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def interrupted_copy(run_dir: Path, step: int, dest: Path) -> Path:
+    """A copy of a finished run as it stood had it been killed just after its step-`step` checkpoint:
+    later checkpoints, the result and the final weights are not there."""
+    import shutil
+
+    shutil.copytree(run_dir, dest)
+    for ckpt in (dest / "checkpoints").glob("step_*"):
+        if int(ckpt.name.removeprefix("step_")) > step:
+            shutil.rmtree(ckpt)
+    (dest / "result.json").unlink()
+    (dest / "model.safetensors").unlink()
+    assert (dest / "checkpoints" / f"step_{step}" / ".metadata").exists()
+    return dest
+
+
+def tree_snapshot(folder: Path) -> dict:
+    """Every file under `folder` with its bytes, to show that nothing changed."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}

@@ -114,18 +114,6 @@ def test_auto_mode_is_online_only_with_an_api_key(monkeypatch, tmp_path):
     assert resolve_mode("disabled") == "disabled"
 
 
-def test_ddp_with_two_processes_trains_the_same_weights_as_one_process(tmp_path):
-    flags = ["--paper", "vit", "--max-steps", "8", "--batch-size", "32", "--grad-accum", "2", "--clip-grad", "0.3",
-             "--wandb", "disabled", "--lr", "0.003"]
-    torchrun(flags + ["--out", str(tmp_path / "ddp")], cwd=tmp_path)
-    assert main(flags + ["--out", str(tmp_path / "single")]) == 0
-    ddp, single = (load_file(tmp_path / n / "model.safetensors") for n in ("ddp", "single"))
-    assert ddp.keys() == single.keys()
-    for k in ddp:
-        assert (ddp[k] - single[k]).abs().max() < 1e-5, k
-    assert load_json(tmp_path / "ddp" / "result.json")["strategy"] == "ddp"
-
-
 def test_default_two_process_vit_run(tmp_path):
     """The README's first command: one run directory, one wandb run, and at least 0.96 test accuracy."""
     proc = torchrun(["--paper", "vit", "--wandb", "offline"], cwd=tmp_path)

@@ -5,6 +5,7 @@ channels, image size), its task kind and its kind of input, so that a paper
 can be paired with any dataset of the same kind of input.
 """
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -55,18 +56,37 @@ def get_dataset(name: str) -> DatasetSpec:
     return DATASETS[name]
 
 
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can start an epoch part-way, after `start` samples (all ranks together).
+
+    Rank r reads positions r, r + W, r + 2W, ... of the epoch's permutation (seeded by
+    seed + epoch), so the k-th micro-batches of all ranks together are one contiguous
+    slice of it: the global batch, and where an epoch stands, do not depend on W.
+    """
+
+    def __init__(self, dataset: Dataset, rank: int, world_size: int, seed: int):
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        super().set_epoch(epoch)
+        if start % self.num_replicas:
+            raise ValueError(f"position {start} does not divide over {self.num_replicas} ranks")
+        self.start = start // self.num_replicas
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.start, None)
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
 def train_loader(
     dataset: Dataset, micro_batch: int, rank: int, world_size: int, seed: int, num_workers: int = 0
 ) -> DataLoader:
     """This rank's micro-batches of a fresh permutation every epoch (call `loader.sampler.set_epoch`).
-
-    Rank r reads positions r, r + W, r + 2W, ... of the epoch's permutation, so the
-    k-th micro-batches of all ranks together are one contiguous slice of it: the
-    global batch is the same whatever the world size. Incomplete batches are dropped.
-    """
-    sampler = DistributedSampler(
-        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
-    )
+    Incomplete batches are dropped."""
+    sampler = ResumableSampler(dataset, rank=rank, world_size=world_size, seed=seed)
     return DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True, num_workers=num_workers)
 
 

@@ -1,0 +1,193 @@
+"""Checkpoints: exact resume (mid-epoch, and under another strategy or world size), restart after
+a worker is killed, pruning, and refusing bad or foreign checkpoints without touching the run."""
+
+import glob
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from common import checkpoint
+from common.parallel import Env
+from papers.vit.model import VisionTransformer
+from tests.conftest import (ROOT, bitwise_equal, interrupted_copy, launch_env, load_json, max_difference, torchrun,
+                            tree_snapshot, wandb_run_folders, weights)
+from train import main
+
+FLAGS = ["--paper", "vit", "--max-steps", "30", "--ckpt-every", "5", "--keep-ckpts", "10", "--clip-grad", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory):
+    """An uninterrupted one-process run with a checkpoint every 5 steps (an epoch is 22 steps)."""
+    run = tmp_path_factory.mktemp("single") / "run"
+    assert main(FLAGS + ["--wandb", "offline", "--out", str(run)]) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """The same, with ddp on 2 processes."""
+    run = tmp_path_factory.mktemp("ddp") / "run"
+    torchrun(FLAGS + ["--wandb", "disabled", "--out", str(run)], cwd=run.parent)
+    return run
+
+
+def test_checkpoints_are_complete_and_pruned(single_run, tmp_path):
+    assert [step for step, _ in checkpoint.complete(single_run)] == [5, 10, 15, 20, 25, 30]
+    state = json.loads((single_run / "checkpoints" / "step_25" / "trainer.json").read_text())
+    assert state["step"] == 25 and state["epoch"] == 1 and state["samples_in_epoch"] == 3 * 64
+    assert state["wandb_run_id"] == load_json(single_run / "result.json")["wandb_run_id"]
+    assert len(state["history"]) == 1 and state["scheduler"]["last_epoch"] == 25
+
+    run = tmp_path / "run"
+    assert main(["--paper", "vit", "--max-steps", "12", "--ckpt-every", "3", "--wandb", "disabled",
+                 "--out", str(run)]) == 0  # default --keep-ckpts 2
+    assert [step for step, _ in checkpoint.complete(run)] == [9, 12]
+    unfinished = run / "checkpoints" / "step_15"  # a save that crashed before its .metadata
+    unfinished.mkdir()
+    (unfinished / "__0_0.distcp").write_bytes(b"partial")
+    assert checkpoint.latest(run) == run / "checkpoints" / "step_12"
+
+
+@pytest.mark.parametrize("step", [5, 25])  # mid first epoch; mid second epoch, after an evaluation
+def test_one_process_resume_is_bitwise_equal(single_run, tmp_path, step):
+    run = interrupted_copy(single_run, step, tmp_path / "run")
+    assert main(["--resume", str(run)]) == 0
+    assert bitwise_equal(weights(run), weights(single_run))
+    resumed, uninterrupted = load_json(run / "result.json"), load_json(single_run / "result.json")
+    for key in ("final", "best", "best_epoch", "steps", "wandb_run_id"):
+        assert resumed[key] == uninterrupted[key], key
+    ids = {folder.name.rsplit("-", 1)[1] for folder in wandb_run_folders(run)}
+    assert ids == {uninterrupted["wandb_run_id"]}, "the resumed run continues the same wandb run"
+
+
+def test_ddp_resume_mid_epoch_is_bitwise_equal(ddp_run, tmp_path):
+    run = interrupted_copy(ddp_run, 15, tmp_path / "run")
+    torchrun(["--resume", str(run)], cwd=tmp_path)
+    assert bitwise_equal(weights(run), weights(ddp_run))
+
+
+def test_a_ddp_checkpoint_resumes_under_fsdp_and_in_one_process(ddp_run, tmp_path):
+    fsdp = interrupted_copy(ddp_run, 10, tmp_path / "fsdp")
+    torchrun(["--resume", str(fsdp), "--strategy", "fsdp"], cwd=tmp_path)
+    assert load_json(fsdp / "result.json")["strategy"] == "fsdp"
+    assert max_difference(weights(fsdp), weights(ddp_run)) < 1e-5
+
+    single = interrupted_copy(ddp_run, 10, tmp_path / "single")
+    assert main(["--resume", str(single)]) == 0
+    assert load_json(single / "result.json")["world_size"] == 1
+    assert max_difference(weights(single), weights(ddp_run)) < 1e-5
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry))
+        except OSError:
+            pass
+    return kids
+
+
+def test_torchrun_restarts_a_killed_worker_and_the_run_finishes_once(ddp_run, tmp_path):
+    """SIGKILL one worker just after the first checkpoint: torchrun restarts the group, the new
+    workers find the same default run directory, resume, and finish with the uninterrupted weights."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts", "1",
+           str(ROOT / "train.py"), *FLAGS, "--wandb", "offline"]
+    launcher = subprocess.Popen(cmd, cwd=tmp_path, env=launch_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    deadline = time.time() + 120
+    while not glob.glob(str(tmp_path / "runs/*/checkpoints/step_*/.metadata")):
+        assert time.time() < deadline and launcher.poll() is None, "no checkpoint appeared"
+        time.sleep(0.02)
+    workers = _children(launcher.pid)
+    assert len(workers) == 2
+    os.kill(workers[-1], signal.SIGKILL)
+    output, _ = launcher.communicate(timeout=180)
+    assert launcher.returncode == 0, output[-3000:]
+    assert "resumed at step" in output
+
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1, "restarted workers must find the first attempt's run directory"
+    result = load_json(runs[0] / "result.json")
+    assert result["steps"] == 30
+    ids = {folder.name.rsplit("-", 1)[1] for folder in wandb_run_folders(runs[0])}
+    assert result["wandb_run_id"] is not None and ids == {result["wandb_run_id"]}, "one wandb run across the restart"
+    assert bitwise_equal(weights(runs[0]), weights(ddp_run))
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def resume_fails(run, capsys, *words) -> None:
+    before = tree_snapshot(run)
+    assert main(["--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    for word in words:
+        assert word in err[0], err[0]
+    assert tree_snapshot(run) == before, "nothing of the run directory may change"
+
+
+def test_a_truncated_checkpoint_is_refused(single_run, tmp_path, capsys):
+    run = interrupted_copy(single_run, 10, tmp_path / "run")
+    shard = run / "checkpoints" / "step_10" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    resume_fails(run, capsys, "step_10", "corrupted")
+
+
+def test_garbage_metadata_is_refused(single_run, tmp_path, capsys):
+    run = interrupted_copy(single_run, 10, tmp_path / "run")
+    (run / "checkpoints" / "step_10" / ".metadata").write_bytes(b"\x00not a pickle")
+    resume_fails(run, capsys, "step_10", "metadata")
+
+
+def test_metadata_cannot_run_code(single_run, tmp_path, capsys):
+    run = interrupted_copy(single_run, 10, tmp_path / "run")
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    (run / "checkpoints" / "step_10" / ".metadata").write_bytes(pickle.dumps(Payload()))
+    resume_fails(run, capsys, "refusing to load", "system")
+    assert not marker.exists()
+
+
+def test_a_checkpoint_of_another_paper_or_shape_is_refused(single_run, tmp_path, capsys):
+    run = interrupted_copy(single_run, 10, tmp_path / "run")
+    state_file = run / "checkpoints" / "step_10" / "trainer.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps(state | {"paper": "resnet"}))
+    resume_fails(run, capsys, "holds resnet tiny, not vit tiny")
+
+    state_file.write_text(json.dumps(state))  # the right names, but a narrower model saved as step 40
+    other = VisionTransformer(img_size=8, patch_size=2, in_chans=1, num_classes=10, dim=64, depth=2, num_heads=4,
+                              mlp_dim=128)
+    optimizer = torch.optim.AdamW(other.parameters())
+    checkpoint.save(run, 40, other, optimizer, state | {"scheduler": {}, "scaler": {}}, Env(0, 1, 0, torch.device("cpu")),
+                    keep=10)
+    resume_fails(run, capsys, "step_40", "holds another model", "64) there")
+
+
+@pytest.mark.parametrize("case, flags, words", [
+    ("no run", ["--resume", "{tmp}/nothing"], ["no run there"]),
+    ("finished", ["--resume", "{run}"], ["has finished"]),
+    ("changed lr", ["--resume", "{run}", "--lr", "0.1"], ["--lr cannot change when resuming", "--strategy"]),
+])
+def test_resume_input_errors(single_run, tmp_path, capsys, case, flags, words):
+    flags = [f.format(tmp=tmp_path, run=single_run) for f in flags]
+    before = tree_snapshot(single_run)
+    assert main(flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and all(w in err[0] for w in words), err
+    assert tree_snapshot(single_run) == before
