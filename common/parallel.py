@@ -208,8 +208,3 @@ def broadcast_object(obj, src: int = 0):
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
-
-
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()

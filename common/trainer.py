@@ -134,7 +134,8 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
     wandb_id = (state["wandb_run_id"] or find_wandb_id(run_dir)) if resuming else None
     if env.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.json")
+        if not (run_dir / "config.json").exists():  # a resumed run keeps the config it started with
+            save_config(cfg, run_dir / "config.json")
         where = f"resumed at step {state['step']} from {resume_from}" if resume_from else "new run"
         print(f"{where}; config ({strategy}, {env.world_size} process(es), {env.device}):", flush=True)
         for key, value in cfg.to_dict().items():
