@@ -33,6 +33,7 @@ class TrainConfig:
     flavor: str = "tiny"
     dataset: str = "digits"
     data_dir: str | None = None
+    image_size: int | None = None  # resize images to this side (real image data sets)
     epochs: int = 10
     max_steps: int | None = None  # stop after this many optimizer steps (the schedule ends there too)
     batch_size: int = 64  # global: samples per optimizer step over all processes and micro-steps
@@ -132,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper", help="which paper (see --list)")
     p.add_argument("--flavor", help="model flavor; 'tiny' (default) or the paper's own sizes")
     p.add_argument("--dataset", help="dataset name; the paper's default if left out")
-    p.add_argument("--data-dir", help="folder holding a real dataset")
+    p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder)")
+    p.add_argument("--image-size", type=positive_int, help="resize images to N x N (real image data sets)")
     p.add_argument("--epochs", type=positive_int)
     p.add_argument("--max-steps", type=positive_int, help="stop after this many optimizer steps")
     p.add_argument("--batch-size", type=positive_int, help="global batch, whatever the number of processes")
@@ -208,7 +210,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resuming: the run continues in cfg.out (--resume, or a torchrun restart), which
             may therefore already hold it.
     """
-    from common.data import get_dataset
+    from common.data import DATASETS, get_dataset
     from papers import get_paper
 
     try:
@@ -223,7 +225,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
-    for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts"):
+    for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",
+                 "image_size"):
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise ConfigError(f"{name} must be a positive integer, got {value}")
@@ -247,9 +250,13 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     if cfg.precision == "fp16" and device_type != "cuda":
         raise ConfigError("fp16 needs a CUDA device; on a CPU use --precision bf16")
 
+    if cfg.image_size is not None and not data.resizable:
+        resizable = ", ".join(name for name, d in DATASETS.items() if d.resizable)
+        raise ConfigError(f"--image-size does not apply to {data.name}; it resizes {resizable}")
+    facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)  # ConfigError when the data is missing
     try:
         with torch.device("meta"):  # builds nothing real: catches a flavor that cannot take the dataset
-            spec.build(cfg.flavor, **data.model_kwargs)
+            spec.build_for_data(cfg.flavor, facts)
     except ValueError as e:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
 

@@ -91,7 +91,7 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: bool = False
     """Move, compile, wrap: the one order every strategy follows.
 
     Args:
-        shard_blocks: the attribute holding the model's repeated blocks (a ModuleList);
+        shard_blocks: the (dotted) attribute holding the model's repeated blocks (a ModuleList);
             fsdp shards each of them as a unit, then the root.
         precision: with fsdp and bf16, parameters are gathered in bf16 and gradients
             reduced in fp32.
@@ -99,7 +99,7 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: bool = False
     model = model.to(env.device)
     if strategy == "fsdp":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
-        for block in getattr(model, shard_blocks):
+        for block in model.get_submodule(shard_blocks):
             if compile:
                 block.compile()
             fully_shard(block, mp_policy=mp)

@@ -1,5 +1,8 @@
 """Loss and metrics for each kind of task.
 
+Classification serves images and sequences alike (logits (B, classes)); regression
+serves scalar targets (outputs (B, 1)).
+
 A task turns model outputs and targets into the training loss, and into sums
 over an evaluation set that can be added across ranks before the metrics are
 read off them. Papers and datasets name their task kind; the trainer has no
@@ -35,7 +38,34 @@ class Classification:
         return {self.metric: correct / count, "loss": loss_sum / count}
 
 
-TASKS = {task.kind: task for task in (Classification,)}
+class Regression:
+    """Mean squared error against a scalar target; the model's head has one output. Lower is better."""
+
+    kind = "regression"
+    metric = "mse"
+    higher_is_better = False
+
+    def __init__(self, label_smoothing: float = 0.0):
+        pass  # label smoothing applies to classes only
+
+    @staticmethod
+    def _pair(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return outputs.float().reshape(targets.shape), targets.float()  # (B, 1) -> (B,)
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(*self._pair(outputs, targets))
+
+    def eval_sums(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(summed squared error, count, summed loss) of one batch."""
+        sse = F.mse_loss(*self._pair(outputs, targets), reduction="sum").double()
+        return torch.stack([sse, outputs.new_tensor(targets.numel(), dtype=torch.float64), sse])
+
+    def metrics(self, sums: torch.Tensor) -> dict[str, float]:
+        sse, count, _ = sums.tolist()
+        return {self.metric: sse / count, "loss": sse / count}
+
+
+TASKS = {task.kind: task for task in (Classification, Regression)}
 
 
 def get_task(kind: str, label_smoothing: float = 0.0):

@@ -48,6 +48,18 @@ def default_run_dir(paper: str) -> Path:
     return Path("runs") / f"{paper}-{stamp}-{rdzv or secrets.token_hex(3)}"
 
 
+def to_device(batch, device: torch.device):
+    """A batch (inputs, targets) on the device; inputs may be a dict of the model's keyword arguments."""
+    x, y = batch
+    if isinstance(x, dict):
+        return {k: v.to(device, non_blocking=True) for k, v in x.items()}, y.to(device, non_blocking=True)
+    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def call(model, inputs):
+    return model(**inputs) if isinstance(inputs, dict) else model(inputs)
+
+
 def autocast(precision: str, device: torch.device):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
@@ -66,9 +78,9 @@ def evaluate(model, loader, task, env: parallel.Env, precision: str) -> dict[str
     for _ in range(parallel.all_reduce_max(len(loader))):
         batch = next(batches, None)
         first = first if first is not None else batch
-        x, y = (t.to(env.device, non_blocking=True) for t in (batch if batch is not None else first))
+        x, y = to_device(batch if batch is not None else first, env.device)
         with autocast(precision, env.device):
-            out = model(x)
+            out = call(model, x)
         if batch is not None:
             sums += task.eval_sums(out, y)
     model.train()
@@ -96,16 +108,17 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         parallel.warn_fallback(cfg.strategy, strategy)
     task = get_task(data.task, cfg.label_smoothing)
 
-    train_set, test_set = data.load(cfg.data_dir)
+    facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    train_set, test_set = data.load(data_dir=cfg.data_dir, image_size=cfg.image_size)
     micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
-    loader = train_loader(train_set, micro_batch, env.rank, env.world_size, cfg.seed, cfg.num_workers)
+    loader = train_loader(train_set, micro_batch, env.rank, env.world_size, cfg.seed, cfg.num_workers, data.collate)
     steps_per_epoch = len(loader) // cfg.grad_accum
     if steps_per_epoch == 0:
         raise ConfigError(f"batch size {cfg.batch_size} is larger than the {len(train_set)} training samples of {data.name}")
     total_steps = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, steps_per_epoch * cfg.epochs)
     epochs = math.ceil(total_steps / steps_per_epoch)
     ckpt_every = cfg.ckpt_every or steps_per_epoch
-    test_loader = eval_loader(test_set, max(256, micro_batch), env.rank, env.world_size)
+    test_loader = eval_loader(test_set, max(256, micro_batch), env.rank, env.world_size, data.collate)
 
     run_dir = Path(cfg.out) if cfg.out else parallel.broadcast_object(default_run_dir(cfg.paper))
     if resuming and (run_dir / "result.json").exists():  # a restart after the run had finished
@@ -115,7 +128,7 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
     resume_from = parallel.broadcast_object(checkpoint.latest(run_dir) if resuming else None)
 
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank and every run
-    model = spec.build(cfg.flavor, **data.model_kwargs)
+    model = spec.build_for_data(cfg.flavor, facts)
     n_params = sum(p.numel() for p in model.parameters())
     model = parallel.parallelize(model, strategy, env, compile=cfg.compile, shard_blocks=spec.shard_blocks,
                                  precision=cfg.precision)
@@ -171,11 +184,10 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         for _ in range(min(steps_per_epoch - done_in_epoch, total_steps - state["step"])):
             loss = torch.zeros((), device=env.device)
             for micro in range(cfg.grad_accum):
-                x, y = next(batches)
-                x, y = x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
+                x, y = to_device(next(batches), env.device)
                 with parallel.gradient_sync(model, enabled=micro == cfg.grad_accum - 1):
                     with autocast(cfg.precision, env.device):
-                        micro_loss = task.loss(model(x), y) / cfg.grad_accum
+                        micro_loss = task.loss(call(model, x), y) / cfg.grad_accum
                     scaler.scale(micro_loss).backward()
                 loss += micro_loss.detach()
             if cfg.clip_grad > 0:

@@ -24,8 +24,10 @@ class PaperSpec:
         task: the task kind of its default dataset (see common.tasks).
         defaults: TrainConfig values for this paper (dataset, epochs, lr, ...).
         reference: the trusted implementation it is checked against.
-        shard_blocks: the attribute holding the model's repeated blocks (an nn.ModuleList);
-            fsdp shards each block as one unit.
+        shard_blocks: the attribute (dotted path) holding the model's repeated blocks, an
+            nn.ModuleList; fsdp shards each block as one unit.
+        data_kwargs: the facts of a dataset that the model class takes (num_classes,
+            in_chans, img_size, input_size).
     """
 
     name: str
@@ -41,12 +43,20 @@ class PaperSpec:
     defaults: dict = field(default_factory=dict)
     reference: str = ""
     shard_blocks: str = "blocks"
+    data_kwargs: tuple[str, ...] = ("num_classes",)
 
     def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
         """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""
         if flavor not in self.flavors:
             raise ValueError(f"unknown flavor '{flavor}' for {self.name}; choose from: {', '.join(self.flavors)}")
         return self.model(**{**self.flavors[flavor], **overrides})
+
+    def build_for_data(self, flavor: str, facts: dict) -> nn.Module:
+        """The model of one flavor, built for a dataset's facts (see common.data.DatasetSpec)."""
+        missing = [k for k in self.data_kwargs if k not in facts]
+        if missing:
+            raise ValueError(f"{self.name} needs {', '.join(missing)} from the dataset, which does not give it")
+        return self.build(flavor, **{k: facts[k] for k in self.data_kwargs})
 
 
 def _papers() -> dict[str, PaperSpec]:

@@ -8,7 +8,7 @@ from common.data.digits import split_digits
 
 
 def test_digits_split_is_fixed_stratified_and_normalised():
-    train, test = get_dataset("digits").load(None)
+    train, test = get_dataset("digits").load()
     assert (len(train), len(test)) == (1437, 360)
     x_train, x_test, y_train, y_test = split_digits()
     np.testing.assert_array_equal(split_digits()[3], y_test)  # the same split every time
@@ -19,12 +19,12 @@ def test_digits_split_is_fixed_stratified_and_normalised():
     assert images.shape[1:] == (1, 8, 8)
     assert abs(images.mean().item()) < 1e-5 and abs(images.std().item() - 1) < 1e-3
     torch.manual_seed(123)  # the run's seed has no say in the split
-    _, test_again = get_dataset("digits").load(None)
+    _, test_again = get_dataset("digits").load()
     assert torch.equal(test.tensors[0], test_again.tensors[0])
 
 
 def test_ranks_together_read_the_single_process_global_batches():
-    train, _ = get_dataset("digits").load(None)
+    train, _ = get_dataset("digits").load()
     single = train_loader(train, 64, rank=0, world_size=1, seed=7)
     ranks = [train_loader(train, 32, rank=r, world_size=2, seed=7) for r in range(2)]
     for epoch in (0, 3):
@@ -40,7 +40,7 @@ def test_ranks_together_read_the_single_process_global_batches():
 
 
 def test_evaluation_shards_are_disjoint_and_cover_the_test_set():
-    _, test = get_dataset("digits").load(None)
+    _, test = get_dataset("digits").load()
     seen = []
     for rank in range(3):
         for x, _ in eval_loader(test, 50, rank=rank, world_size=3):

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from common.data import DATASETS, get_dataset
+from common.data import DATASETS, eval_loader, get_dataset
 from common.tasks import TASKS, get_task
+from common.trainer import call
 from papers import get_paper, list_papers
 
 PAPERS = list_papers()
@@ -13,10 +14,10 @@ PAPERS = list_papers()
 def default_batch(spec, n=16):
     """A real batch of the paper's default dataset, and the model built for it."""
     data = get_dataset(spec.defaults["dataset"])
-    train, _ = data.load(None)
-    x, y = zip(*(train[i] for i in range(n)))
+    train, _ = data.load()
+    x, y = next(iter(eval_loader(train, n, rank=0, world_size=1, collate=data.collate)))
     torch.manual_seed(0)
-    return spec.build("tiny", **data.model_kwargs), torch.stack(x), torch.stack(y), data
+    return spec.build_for_data("tiny", data.facts()), x, y, data
 
 
 def test_registry_lists_every_paper_and_rejects_unknown_names():
@@ -50,16 +51,16 @@ def test_every_flavor_builds_on_meta(name):
 @pytest.mark.parametrize("name", PAPERS)
 def test_forward_shape_no_nan_and_every_parameter_gets_a_gradient(name):
     model, x, y, data = default_batch(get_paper(name))
-    out = model(x)
-    assert out.shape[0] == x.shape[0]
+    out = call(model, x)
+    assert out.shape[0] == len(y)
     if data.task == "classification":
-        assert out.shape == (x.shape[0], data.model_kwargs["num_classes"])
+        assert out.shape == (len(y), data.facts()["num_classes"])
     assert torch.isfinite(out).all()
     task = get_task(data.task)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):  # after one update, since a zero-initialised head blocks gradients at first
         opt.zero_grad()
-        task.loss(model(x), y).backward()
+        task.loss(call(model, x), y).backward()
         opt.step()
     dead = [n for n, p in model.named_parameters() if p.grad is None or not (p.grad.abs().sum() > 0)]
     assert not dead, f"no gradient reaches {dead}"
@@ -72,7 +73,7 @@ def test_compile_runs_and_matches_eager(name):
     model.eval()
     compiled = torch.compile(model, backend="eager")
     with torch.no_grad():
-        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(call(compiled, x), call(model, x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", PAPERS)
@@ -82,7 +83,7 @@ def test_a_few_steps_lower_the_loss_on_a_fixed_batch(name):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
     for _ in range(20):
-        loss = task.loss(model(x), y)
+        loss = task.loss(call(model, x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()

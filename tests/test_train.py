@@ -40,10 +40,10 @@ def test_run_directory_holds_config_result_and_weights(tmp_path, capsys):
     assert result["command"].startswith("python train.py --paper vit")
 
     # the saved weights are the plain model's and score what result.json says
-    model = get_paper("vit").build("tiny", **get_dataset("digits").model_kwargs)
+    model = get_paper("vit").build_for_data("tiny", get_dataset("digits").facts())
     model.load_state_dict(load_file(run / "model.safetensors"))
     assert result["params"] == sum(p.numel() for p in model.parameters())
-    _, test = get_dataset("digits").load(None)
+    _, test = get_dataset("digits").load()
     task = get_task("classification")
     model.eval()
     sums = sum(task.eval_sums(model(x), y) for x, y in eval_loader(test, 100, 0, 1))

@@ -23,7 +23,7 @@ def split_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def load(data_dir: str | None = None) -> tuple[TensorDataset, TensorDataset]:
+def load(**_) -> tuple[TensorDataset, TensorDataset]:
     """Train and test sets of (image (1, 8, 8), label), normalised by the training set's mean and std."""
     x_train, x_test, y_train, y_test = split_digits()
     mean, std = x_train.mean(), x_train.std()
@@ -33,3 +33,8 @@ def load(data_dir: str | None = None) -> tuple[TensorDataset, TensorDataset]:
         return TensorDataset(images, torch.from_numpy(y).long())
 
     return to_dataset(x_train, y_train), to_dataset(x_test, y_test)
+
+
+def load_rows(**_) -> tuple[TensorDataset, TensorDataset]:
+    """The same digits read row by row: sequences of 8 steps of 8 pixels, (8, 8) per sample."""
+    return tuple(TensorDataset(d.tensors[0].squeeze(1), d.tensors[1]) for d in load())

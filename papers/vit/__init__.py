@@ -19,6 +19,7 @@ PAPER = PaperSpec(
     defaults=dict(dataset="digits", epochs=30, batch_size=64, lr=5e-4, weight_decay=0.05, warmup_steps=50,
                   label_smoothing=0.1, clip_grad=1.0),
     reference="timm VisionTransformer (class token, learned position embedding, token pooling)",
+    data_kwargs=("num_classes", "in_chans", "img_size"),
 )
 
 

@@ -1,0 +1,133 @@
+"""Real image data sets, read from a local folder (--data-dir) with torchvision's readers.
+
+Nothing is downloaded: a missing or empty folder is an input error that says
+which files are expected where.
+"""
+
+from collections import Counter
+from pathlib import Path
+
+from torch.utils.data import Dataset, Subset
+from torchvision import datasets, transforms
+
+from common.config import ConfigError
+
+# per-channel mean and std of each training set, the usual constants
+CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+MNIST_STATS = ((0.1307,), (0.3081,))
+FASHION_STATS = ((0.2860,), (0.3530,))
+IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+SPLIT_SEED, TEST_FRACTION = 0, 0.2
+
+
+def _transform(stats, image_size: int | None):
+    steps = [transforms.Resize((image_size, image_size))] if image_size else []
+    return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(*stats)])
+
+
+def _need(data_dir: str | None, dataset: str, expected: list[str], where: str) -> Path:
+    """The folder, or an input error naming the files expected in it."""
+    if not data_dir:
+        raise ConfigError(f"--dataset {dataset} reads from --data-dir DIR, which needs {where}")
+    root = Path(data_dir)
+    missing = [name for name in expected if not (root / name).is_file()]
+    if missing:
+        raise ConfigError(f"--dataset {dataset}: {root} lacks {', '.join(missing)}; it needs {where}")
+    return root
+
+
+# ---------------------------------------------------------------- CIFAR-10
+
+CIFAR10_FILES = [f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)] + [
+    "cifar-10-batches-py/test_batch", "cifar-10-batches-py/batches.meta"]
+
+
+def cifar10_facts(data_dir=None, image_size=None, **_) -> dict:
+    _need(data_dir, "cifar10", CIFAR10_FILES, "cifar-10-batches-py/ from the CIFAR-10 python version "
+          "(data_batch_1..5, test_batch, batches.meta)")
+    return dict(num_classes=10, in_chans=3, img_size=image_size or 32)
+
+
+def cifar10_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]:
+    cifar10_facts(data_dir, image_size)
+    t = _transform(CIFAR10_STATS, image_size)
+    return (datasets.CIFAR10(data_dir, train=True, transform=t, download=False),
+            datasets.CIFAR10(data_dir, train=False, transform=t, download=False))
+
+
+# ---------------------------------------------------------------- MNIST and Fashion-MNIST
+
+IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+
+
+def _mnist_like(name: str, reader, folder: str, stats):
+    expected = [f"{folder}/raw/{f}" for f in IDX_FILES]
+    where = f"{folder}/raw/ with the four uncompressed idx files ({', '.join(IDX_FILES)})"
+
+    def facts(data_dir=None, image_size=None, **_) -> dict:
+        _need(data_dir, name, expected, where)
+        return dict(num_classes=10, in_chans=1, img_size=image_size or 28)
+
+    def load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]:
+        facts(data_dir, image_size)
+        t = _transform(stats, image_size)
+        return (reader(data_dir, train=True, transform=t, download=False),
+                reader(data_dir, train=False, transform=t, download=False))
+
+    return facts, load
+
+
+mnist_facts, mnist_load = _mnist_like("mnist", datasets.MNIST, "MNIST", MNIST_STATS)
+fashion_facts, fashion_load = _mnist_like("fashion-mnist", datasets.FashionMNIST, "FashionMNIST", FASHION_STATS)
+
+
+# ---------------------------------------------------------------- a folder of class subfolders
+
+FOLDER_LAYOUT = ("class subfolders of images (DIR/<class>/*.png), or DIR/train/<class>/ and DIR/test/<class>/")
+
+
+def _classes(root: Path) -> list[str]:
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and any(
+        f.suffix.lower() in IMAGE_SUFFIXES for f in d.iterdir()))
+
+
+def _folder_roots(data_dir: str | None) -> tuple[Path, Path | None]:
+    """(train root, test root or None when the test set is split off the train root)."""
+    if not data_dir:
+        raise ConfigError(f"--dataset imagefolder reads from --data-dir DIR, which needs {FOLDER_LAYOUT}")
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise ConfigError(f"--dataset imagefolder: {root} is not a folder; it needs {FOLDER_LAYOUT}")
+    if (root / "train").is_dir() and (root / "test").is_dir():
+        return root / "train", root / "test"
+    return root, None
+
+
+def imagefolder_facts(data_dir=None, image_size=None, **_) -> dict:
+    train, test = _folder_roots(data_dir)
+    classes = _classes(train)
+    if not classes:
+        raise ConfigError(f"--dataset imagefolder: {train} holds no images; it needs {FOLDER_LAYOUT}")
+    if test is not None and _classes(test) != classes:
+        raise ConfigError(f"--dataset imagefolder: {test} must hold the same classes as {train} ({', '.join(classes)})")
+    if not image_size:
+        raise ConfigError("--dataset imagefolder needs --image-size N: every image is resized to N x N")
+    return dict(num_classes=len(classes), in_chans=3, img_size=image_size)
+
+
+def imagefolder_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]:
+    """ImageFolder in RGB; without train/ and test/ a fixed stratified 80/20 split (seed 0)."""
+    imagefolder_facts(data_dir, image_size)
+    train_root, test_root = _folder_roots(data_dir)
+    t = _transform(IMAGENET_STATS, image_size)
+    train = datasets.ImageFolder(train_root, transform=t)
+    if test_root is not None:
+        return train, datasets.ImageFolder(test_root, transform=t)
+    from sklearn.model_selection import train_test_split
+
+    counts = Counter(train.targets)
+    stratified = min(counts.values()) >= 2 and round(TEST_FRACTION * len(train)) >= len(counts)
+    train_idx, test_idx = train_test_split(list(range(len(train))), test_size=TEST_FRACTION, random_state=SPLIT_SEED,
+                                           stratify=train.targets if stratified else None)
+    return Subset(train, train_idx), Subset(train, test_idx)

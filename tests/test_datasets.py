@@ -1,0 +1,138 @@
+"""Built-in generated data (digits rows, the adding problem), and real data sets read from a local
+folder in their real on-disk formats: CIFAR-10 python batches, MNIST idx files, an image folder."""
+
+import pickle
+import struct
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from common.data import adding, eval_loader, get_dataset
+from common.data.collate import pad_sequences
+from tests.conftest import load_json
+from train import main
+
+
+def test_digits_rows_are_the_digits_read_row_by_row():
+    (images, labels), (rows, row_labels) = (get_dataset(n).load()[0].tensors for n in ("digits", "digits-rows"))
+    assert rows.shape[1:] == (8, 8) and torch.equal(rows, images[:, 0]) and torch.equal(labels, row_labels)
+
+
+def test_adding_problem_is_fixed_and_its_constant_baseline_is_0167():
+    train, test = get_dataset("adding").load()
+    assert (len(train), len(test)) == (adding.TRAIN_SIZE, adding.TEST_SIZE)
+    x, y = train[5]
+    again, _ = adding.load()
+    assert torch.equal(again[5][0], x), "the same sequences every time"
+    assert adding.MIN_LENGTH <= len(x) <= adding.MAX_LENGTH and x.shape[1] == 2
+    assert x[:, 1].sum() == 2 and torch.isclose(y, (x[:, 0] * x[:, 1]).sum())
+    lengths = {len(s) for s, _ in test}
+    assert min(lengths) == adding.MIN_LENGTH and max(lengths) == adding.MAX_LENGTH
+    targets = torch.stack([t for _, t in test])
+    assert abs(((targets - 1.0) ** 2).mean().item() - adding.BASELINE_MSE) < 0.01
+
+
+def test_padding_collation_keeps_lengths_and_zero_pads():
+    inputs, targets = pad_sequences([(torch.ones(3, 2), torch.tensor(1.0)), (torch.ones(5, 2), torch.tensor(2.0))])
+    assert inputs["x"].shape == (2, 5, 2) and inputs["lengths"].tolist() == [3, 5]
+    assert inputs["x"][0, 3:].abs().sum() == 0 and targets.tolist() == [1.0, 2.0]
+    _, test = get_dataset("adding").load()
+    batch, _ = next(iter(eval_loader(test, 64, 0, 1, collate=pad_sequences)))
+    assert batch["x"].shape[1] == batch["lengths"].max()
+
+
+# ---------------------------------------------------------------- files in the real formats
+
+
+def write_cifar10(root, n=24):
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "labels": list(rng.integers(0, 10, n))}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"class{i}" for i in range(10)]}))
+
+
+def write_idx(root, folder, n_train=40, n_test=20):
+    raw = root / folder / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 0x0803, n, 28, 28) + images.tobytes())
+        labels = rng.integers(0, 10, n, dtype=np.uint8)
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x0801, n) + labels.tobytes())
+
+
+def write_image_folder(root, classes=("cat", "dog", "owl"), per_class=10):
+    rng = np.random.default_rng(0)
+    for name in classes:
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            size = (int(rng.integers(12, 30)), int(rng.integers(12, 30)))  # sizes differ: they are resized
+            Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+
+
+@pytest.fixture
+def cifar_md5_free(monkeypatch):
+    """torchvision checks the real CIFAR-10 files' md5 sums; these small files are in the same format."""
+    import os
+
+    import torchvision.datasets.cifar as cifar
+
+    monkeypatch.setattr(cifar, "check_integrity", lambda path, md5=None: os.path.isfile(path))
+
+
+@pytest.mark.parametrize("dataset, writer, extra", [
+    ("cifar10", write_cifar10, []),
+    ("mnist", lambda root: write_idx(root, "MNIST"), []),
+    ("fashion-mnist", lambda root: write_idx(root, "FashionMNIST"), []),
+    ("imagefolder", write_image_folder, ["--image-size", "16"]),
+])
+def test_real_formats_train_a_few_steps(dataset, writer, extra, tmp_path, cifar_md5_free):
+    data_dir = tmp_path / "data"
+    writer(data_dir)
+    train, test = get_dataset(dataset).load(data_dir=str(data_dir), image_size=int(extra[1]) if extra else None)
+    x, y = train[0]
+    assert x.dtype == torch.float32 and x.ndim == 3 and 0 <= int(y) < 10
+    assert main(["--paper", "vit", "--dataset", dataset, "--data-dir", str(data_dir), *extra, "--max-steps", "2",
+                 "--batch-size", "8", "--wandb", "disabled", "--out", str(tmp_path / "run")]) == 0
+    result = load_json(tmp_path / "run" / "result.json")
+    assert result["dataset"] == dataset and result["steps"] == 2
+
+
+def test_image_folder_with_train_and_test_subfolders(tmp_path):
+    write_image_folder(tmp_path / "data" / "train")
+    write_image_folder(tmp_path / "data" / "test", per_class=2)
+    facts = get_dataset("imagefolder").facts(data_dir=str(tmp_path / "data"), image_size=8)
+    assert facts == dict(num_classes=3, in_chans=3, img_size=8)
+    train, test = get_dataset("imagefolder").load(data_dir=str(tmp_path / "data"), image_size=8)
+    assert (len(train), len(test)) == (30, 6) and train[0][0].shape == (3, 8, 8)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--dataset", "cifar10"], ["--data-dir", "cifar-10-batches-py", "data_batch_1"]),
+    (["--dataset", "cifar10", "--data-dir", "{empty}"], ["lacks", "cifar-10-batches-py/data_batch_1", "test_batch"]),
+    (["--dataset", "mnist", "--data-dir", "{empty}"], ["MNIST/raw/train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]),
+    (["--dataset", "fashion-mnist", "--data-dir", "{empty}"], ["FashionMNIST/raw/"]),
+    (["--dataset", "imagefolder", "--data-dir", "{empty}", "--image-size", "32"], ["holds no images", "class subfolders"]),
+    (["--dataset", "imagefolder", "--data-dir", "{missing}", "--image-size", "32"], ["not a folder"]),
+    (["--dataset", "imagefolder", "--data-dir", "{folder}"], ["needs --image-size"]),
+    (["--image-size", "32"], ["does not apply to digits", "cifar10"]),
+    (["--dataset", "digits-rows"], ["vit reads image inputs", "digits-rows has sequence inputs"]),
+])
+def test_missing_data_is_one_line_naming_the_files(flags, words, tmp_path, capsys, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    write_image_folder(tmp_path / "folder", per_class=2)
+    monkeypatch.chdir(tmp_path)
+    flags = [f.format(empty=tmp_path / "empty", missing=tmp_path / "missing", folder=tmp_path / "folder")
+             for f in flags]
+    assert main(["--paper", "vit", "--wandb", "disabled", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    for word in words:
+        assert word in err[0], err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "folder"], "nothing written"
