@@ -60,9 +60,9 @@ class PaperSpec:
 
 
 def _papers() -> dict[str, PaperSpec]:
-    from papers import vit
+    from papers import lstm, resnet, vit
 
-    return {spec.name: spec for spec in (vit.PAPER,)}
+    return {spec.name: spec for spec in (vit.PAPER, resnet.PAPER, lstm.PAPER)}
 
 
 _PAPERS = _papers()

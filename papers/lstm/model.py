@@ -1,0 +1,199 @@
+"""Long Short-Term Memory.
+
+Hochreiter and Schmidhuber, Neural Computation 9(8), 1997. https://doi.org/10.1162/neco.1997.9.8.1735
+The forget gate is that of Gers, Schmidhuber and Cummins, "Learning to Forget", 2000.
+
+A memory cell keeps its state c_t on a self-connection of weight one, the
+"constant error carousel", so error flows back through it without vanishing or
+exploding. Multiplicative input and output gates learn when to write to the
+cell and when to show it; the later forget gate learns when to clear it.
+
+The equations, exactly as torch.nn.LSTM computes them (sigma is the logistic sigmoid):
+
+    i_t = sigma(W_ii x_t + b_ii + W_hi h_{t-1} + b_hi)    input gate
+    f_t = sigma(W_if x_t + b_if + W_hf h_{t-1} + b_hf)    forget gate (Gers et al. 2000)
+    g_t = tanh(W_ig x_t + b_ig + W_hg h_{t-1} + b_hg)     cell input
+    o_t = sigma(W_io x_t + b_io + W_ho h_{t-1} + b_ho)    output gate
+    c_t = f_t * c_{t-1} + i_t * g_t                       the carousel
+    h_t = o_t * tanh(c_t)
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+from einops import rearrange
+
+
+class LSTMLayer(nn.Module):
+    """One layer of LSTM cells, read forward and, if bidirectional, also backward.
+
+    The weights are stacked in the gate order i, f, g, o and named as torch.nn.LSTM
+    names them: weight_ih_l{k} (4H, input), weight_hh_l{k} (4H, H), bias_ih_l{k} and
+    bias_hh_l{k} (4H,), with the suffix _reverse for the backward direction.
+
+    Args:
+        input_size: features of each step x_t.
+        hidden_size: number of memory cells H.
+        layer: index k of the layer in the stack (it only names the weights).
+        bidirectional: also run a second set of cells from each sequence's end to its start.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, layer: int = 0, bidirectional: bool = False):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.suffixes = [f"_l{layer}", f"_l{layer}_reverse"][: 2 if bidirectional else 1]
+        for s in self.suffixes:
+            self.register_parameter(f"weight_ih{s}", nn.Parameter(torch.empty(4 * hidden_size, input_size)))
+            self.register_parameter(f"weight_hh{s}", nn.Parameter(torch.empty(4 * hidden_size, hidden_size)))
+            self.register_parameter(f"bias_ih{s}", nn.Parameter(torch.empty(4 * hidden_size)))
+            self.register_parameter(f"bias_hh{s}", nn.Parameter(torch.empty(4 * hidden_size)))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """torch.nn.LSTM's U(-1/sqrt(H), 1/sqrt(H)), except two choices that make training start faster:
+        input weights W_i* from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as nn.Linear draws them, and a
+        forget-gate bias of 1 (Jozefowicz et al. 2015), so that cells start out remembering."""
+        H = self.hidden_size
+        for s in self.suffixes:
+            W_ih = getattr(self, f"weight_ih{s}")
+            nn.init.uniform_(W_ih, -1 / math.sqrt(W_ih.shape[1]), 1 / math.sqrt(W_ih.shape[1]))
+            for name in ("weight_hh", "bias_ih", "bias_hh"):
+                nn.init.uniform_(getattr(self, f"{name}{s}"), -1 / math.sqrt(H), 1 / math.sqrt(H))
+            with torch.no_grad():
+                getattr(self, f"bias_ih{s}")[H:2 * H] = 1.0  # b_if + b_hf = 1
+                getattr(self, f"bias_hh{s}")[H:2 * H] = 0.0
+
+    def cells(self, x: torch.Tensor, suffix: str, lengths: torch.Tensor | None, reverse: bool):
+        """Run one direction's cells over time.
+
+        Args:
+            x: (B, T, input) padded inputs.
+            suffix: which direction's weights ("_l{k}" or "_l{k}_reverse").
+            lengths: (B,) valid steps of each sequence, or None when all are full length.
+            reverse: read time backwards. Steps at or past a sequence's length leave the
+                state untouched (it is still zero when a reversed read reaches the last
+                valid step), so each sequence is read from its own last step to its first.
+
+        Returns:
+            h: (B, T, H) every step's h_t, zero past each sequence's end; and (h_n, c_n), each
+            (B, H), the state after each sequence's own last step.
+        """
+        W_ih, W_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
+        b = getattr(self, f"bias_ih{suffix}") + getattr(self, f"bias_hh{suffix}")
+        B, T, _ = x.shape
+        H = self.hidden_size
+        # the input part of all four gates, for all steps at once
+        x_flat = rearrange(x, "b t d -> (b t) d")  # (B*T, input)
+        x_proj = rearrange(torch.addmm(b, x_flat, W_ih.t()), "(b t) g -> t b g", b=B)  # (T, B, 4H)
+        h_t = x.new_zeros(B, H)
+        c_t = x.new_zeros(B, H)
+        outputs = [None] * T
+        for t in (reversed(range(T)) if reverse else range(T)):
+            gates = torch.addmm(x_proj[t], h_t, W_hh.t())  # (B, 4H): W_i* x_t + b_i* + W_h* h_{t-1} + b_h*
+            i, f, g, o = gates.chunk(4, dim=1)  # (B, H) each
+            i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+            c_new = f * c_t + i * g  # c_t = f_t * c_{t-1} + i_t * g_t
+            h_new = o * torch.tanh(c_new)  # h_t = o_t * tanh(c_t)
+            if lengths is None:
+                h_t, c_t, outputs[t] = h_new, c_new, h_new
+            else:
+                valid = (lengths > t).unsqueeze(1)  # (B, 1): step t lies inside the sequence
+                h_t, c_t = torch.where(valid, h_new, h_t), torch.where(valid, c_new, c_t)
+                outputs[t] = torch.where(valid, h_new, torch.zeros_like(h_new))
+        return torch.stack(outputs, dim=1), (h_t, c_t)  # (B, T, H), ((B, H), (B, H))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        """(B, T, input) -> output (B, T, D*H), and (h_n, c_n) each (D, B, H) for D directions."""
+        outs, h_n, c_n = [], [], []
+        for s in self.suffixes:
+            out, (h, c) = self.cells(x, s, lengths, reverse=s.endswith("_reverse"))
+            outs.append(out)
+            h_n.append(h)
+            c_n.append(c)
+        return torch.cat(outs, dim=-1), (torch.stack(h_n), torch.stack(c_n))
+
+
+class LSTM(nn.Module):
+    """A stack of LSTM layers on batch-first padded sequences, as torch.nn.LSTM(batch_first=True)
+    computes it on a packed sequence.
+
+    Args:
+        input_size: features of each step.
+        hidden_size: memory cells H per layer and direction.
+        num_layers: stacked layers; layer k+1 reads layer k's outputs.
+        bidirectional: each layer also reads every sequence backwards; D = 2 directions.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False):
+        super().__init__()
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bidirectional = bidirectional
+        D = 2 if bidirectional else 1
+        self.layers = nn.ModuleList(  # layer k+1 reads layer k's outputs, D*H features per step
+            LSTMLayer(input_size if k == 0 else D * hidden_size, hidden_size, k, bidirectional)
+            for k in range(num_layers)
+        )
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        """Run the stack.
+
+        Args:
+            x: (B, T, input_size), padded after each sequence's end.
+            lengths: (B,) int64 number of valid steps of each sequence, 1 <= length <= T;
+                None when every sequence is T steps long.
+
+        Returns:
+            output (B, T, D*H) of the last layer, zero past each sequence's end; and
+            (h_n, c_n), each (D*num_layers, B, H), ordered layer by layer, forward before
+            backward, holding each sequence's state after its own last step.
+        """
+        if lengths is not None:
+            lengths = lengths.to(x.device)
+        h_n, c_n = [], []
+        for layer in self.layers:
+            x, (h, c) = layer(x, lengths)  # (B, T, D*H), (D, B, H)
+            h_n.append(h)
+            c_n.append(c)
+        return x, (torch.cat(h_n), torch.cat(c_n))
+
+
+class LSTMClassifier(nn.Module):
+    """An LSTM that reads a sequence and a linear head on its final hidden state.
+
+    Args:
+        input_size: features of each step (8 for digits read row by row, 2 for the adding problem).
+        num_classes: outputs of the head (10 digit classes; 1 for a scalar regression target).
+        hidden_size: memory cells per layer and direction.
+        num_layers: stacked LSTM layers.
+        bidirectional: read each sequence both ways; the head sees both final states.
+    """
+
+    def __init__(self, input_size: int, num_classes: int, hidden_size: int, num_layers: int = 1,
+                 bidirectional: bool = False):
+        super().__init__()
+        self.lstm = LSTM(input_size, hidden_size, num_layers, bidirectional)
+        self.D = 2 if bidirectional else 1
+        self.head = nn.Linear(self.D * hidden_size, num_classes)
+
+    def no_weight_decay(self) -> set[str]:
+        """Nothing beyond biases (which never get weight decay)."""
+        return set()
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Sequences (B, T, input_size) with lengths (B,) or None -> outputs (B, num_classes)."""
+        _, (h_n, _) = self.lstm(x, lengths)  # (D*layers, B, H)
+        h_last = rearrange(h_n[-self.D:], "d b h -> b (d h)")  # last layer, forward then backward
+        return self.head(h_last)
+
+
+# tiny: the repo's flavor for digits read row by row (8 steps of 8 pixels, 10 classes);
+#   71,946 parameters: 4*128*(8+128) weights, 2*4*128 biases, a 128 -> 10 head.
+# exp4-adding: Experiment 4 of the paper (the adding problem, Table 7): its 4 memory cells
+#   (2 blocks of 2) and one output. 133 parameters against the paper's 93: here every cell
+#   has its own input, forget and output gate, gates read the cells' outputs h_{t-1} (not
+#   the other gates), and nn.LSTM's two bias vectors are kept: 4*4*(2+4) + 2*16 + (4+1).
+FLAVORS = {
+    "tiny": dict(input_size=8, num_classes=10, hidden_size=128),
+    "exp4-adding": dict(input_size=2, num_classes=1, hidden_size=4),
+}

@@ -1,0 +1,98 @@
+"""ResNet: He et al., 2015. The spec, and weight loading from torchvision."""
+
+import torch
+import torch.nn as nn
+
+from papers import PaperSpec
+from papers.resnet.model import FLAVORS, Projection, ResNet
+
+PAPER = PaperSpec(
+    name="resnet",
+    family="cnn",
+    title="Deep Residual Learning for Image Recognition",
+    authors="He, Zhang, Ren, Sun",
+    year=2015,
+    url="https://arxiv.org/abs/1512.03385",
+    model=ResNet,
+    flavors=FLAVORS,
+    inputs="image",
+    task="classification",
+    data_kwargs=("num_classes", "in_chans"),
+    defaults=dict(dataset="digits", epochs=15, batch_size=64, lr=3e-3, weight_decay=0.05, warmup_steps=20,
+                  label_smoothing=0.1, clip_grad=1.0),
+    reference="torchvision.models.resnet18/34/50/101/152",
+    shard_blocks="stages",
+)
+
+
+def from_torchvision(tv_model: nn.Module) -> ResNet:
+    """Our ResNet holding the weights of a torchvision `ResNet` (resnet18/34/50/101/152 or the
+    same structure with other depths, classes or input channels).
+
+    Args:
+        tv_model: a `torchvision.models.ResNet` with plain BasicBlocks or Bottlenecks; grouped
+            (ResNeXt), wide or dilated variants, or a changed stem, are refused with a ValueError.
+    """
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+    from torchvision.models.resnet import ResNet as TorchvisionResNet
+
+    if not isinstance(tv_model, TorchvisionResNet):
+        raise ValueError(f"expected a torchvision ResNet, got {type(tv_model).__name__}")
+    stages = [tv_model.layer1, tv_model.layer2, tv_model.layer3, tv_model.layer4]
+    kinds = {type(b) for stage in stages for b in stage}
+    if kinds == {BasicBlock}:
+        block = "basic"
+    elif kinds == {Bottleneck}:
+        block = "bottleneck"
+    else:
+        raise ValueError(f"cannot map a torchvision ResNet built of {sorted(k.__name__ for k in kinds)}; "
+                         "only BasicBlock or Bottleneck throughout")
+    stem, pool = tv_model.conv1, tv_model.maxpool
+    if ((stem.kernel_size, stem.stride, stem.padding) != ((7, 7), (2, 2), (3, 3)) or not isinstance(pool, nn.MaxPool2d)
+            or (pool.kernel_size, pool.stride, pool.padding) not in ((3, 2, 1), ((3, 3), (2, 2), (1, 1)))):
+        raise ValueError("cannot map a torchvision ResNet whose stem is not the 7x7/2 convolution and 3x3/2 max pool")
+    for name, m in tv_model.named_modules():
+        if isinstance(m, nn.Conv2d) and (m.groups != 1 or m.dilation != (1, 1)):
+            raise ValueError(f"cannot map grouped or dilated convolutions ({name}); the paper's ResNet has neither")
+        if isinstance(m, nn.BatchNorm2d) and m.eps != 1e-5:
+            raise ValueError(f"cannot map batch norm with eps {m.eps} ({name}); ours uses 1e-5")
+        if isinstance(m, (nn.GroupNorm, nn.LayerNorm)):
+            raise ValueError(f"cannot map {type(m).__name__} ({name}); the paper's ResNet uses batch norm")
+
+    first_conv = "conv1" if block == "basic" else "conv2"  # its filters are the stage's width
+    model = ResNet(
+        block=block,
+        layers=tuple(len(stage) for stage in stages),
+        widths=tuple(getattr(stage[0], first_conv).out_channels for stage in stages),
+        stem="imagenet",
+        shortcut="B",
+        num_classes=tv_model.fc.out_features,
+        in_chans=stem.in_channels,
+    )
+
+    norm = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+    ours_to_theirs = {"stem.conv.weight": "conv1.weight", "fc.weight": "fc.weight", "fc.bias": "fc.bias"}
+    ours_to_theirs |= {f"stem.bn.{p}": f"bn1.{p}" for p in norm}
+    convs = ("conv1", "conv2") if block == "basic" else ("conv1", "conv2", "conv3")
+    for i, stage in enumerate(stages):
+        for j in range(len(stage)):
+            ours, theirs = f"stages.{i}.{j}", f"layer{i + 1}.{j}"
+            for c in convs:
+                bn = c.replace("conv", "bn")
+                ours_to_theirs[f"{ours}.{c}.weight"] = f"{theirs}.{c}.weight"
+                ours_to_theirs |= {f"{ours}.{bn}.{p}": f"{theirs}.{bn}.{p}" for p in norm}
+            if isinstance(model.stages[i][j].shortcut, Projection):  # where torchvision has a downsample
+                ours_to_theirs[f"{ours}.shortcut.conv.weight"] = f"{theirs}.downsample.0.weight"
+                ours_to_theirs |= {f"{ours}.shortcut.bn.{p}": f"{theirs}.downsample.1.{p}" for p in norm}
+
+    src = tv_model.state_dict()
+    dst = model.state_dict()
+    missing = sorted(set(src) - set(ours_to_theirs.values()))
+    unmatched = sorted(k for k in dst if k not in ours_to_theirs or ours_to_theirs[k] not in src)
+    wrong_shape = sorted(k for k in dst if k not in unmatched and dst[k].shape != src[ours_to_theirs[k]].shape)
+    if missing or unmatched or wrong_shape:
+        raise ValueError(f"this torchvision ResNet does not map onto the paper's: tensors of theirs not mapped "
+                         f"{missing[:3]}, of ours not found {unmatched[:3]}, of another shape {wrong_shape[:3]}")
+    with torch.no_grad():
+        model.load_state_dict({ours: src[theirs] for ours, theirs in ours_to_theirs.items()})  # strict
+    return model

@@ -1,0 +1,240 @@
+"""Deep Residual Learning for Image Recognition.
+
+He, Zhang, Ren, Sun, 2015. https://arxiv.org/abs/1512.03385
+
+Instead of asking a few stacked layers to fit a mapping H(x), let them fit the
+residual F(x) = H(x) - x and add x back through a shortcut: y = F(x, {W_i}) + x
+(Eq. 1). If the identity were optimal, the layers only need to push F towards
+zero, so networks of 100 and more layers train, and get better with depth.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import reduce
+
+
+def conv3x3(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
+    """3x3 convolution, padding 1, no bias (batch norm follows every convolution)."""
+    return nn.Conv2d(in_chans, out_chans, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+def conv1x1(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_chans, out_chans, kernel_size=1, stride=stride, bias=False)
+
+
+class PadShortcut(nn.Module):
+    """Option A: identity, subsampled by the stride and zero-padded with the extra channels.
+
+    Parameter-free. The extra channels carry no residual learning (Section 4.1).
+    """
+
+    def __init__(self, in_chans: int, out_chans: int, stride: int):
+        super().__init__()
+        self.stride, self.extra = stride, out_chans - in_chans
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, :: self.stride, :: self.stride]  # (B, C_in, H/s, W/s)
+        return F.pad(x, (0, 0, 0, 0, 0, self.extra))  # zero entries for the new channels: (B, C_out, H/s, W/s)
+
+
+class Projection(nn.Module):
+    """Option B: the projection W_s of Eq. 2, a strided 1x1 convolution and batch norm."""
+
+    def __init__(self, in_chans: int, out_chans: int, stride: int):
+        super().__init__()
+        self.conv = conv1x1(in_chans, out_chans, stride)
+        self.bn = nn.BatchNorm2d(out_chans)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x))  # W_s x: (B, C_out, H/s, W/s)
+
+
+def make_shortcut(kind: str, in_chans: int, out_chans: int, stride: int) -> nn.Module:
+    """The identity where the shape is kept; option A or B where it changes."""
+    if stride == 1 and in_chans == out_chans:
+        return nn.Identity()
+    if kind == "A":
+        if out_chans < in_chans:
+            raise ValueError(f"option A shortcuts can only add channels, not go from {in_chans} to {out_chans}")
+        return PadShortcut(in_chans, out_chans, stride)
+    return Projection(in_chans, out_chans, stride)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with a shortcut around them (Fig. 2, Fig. 5 left).
+
+    Args:
+        in_chans: channels of x.
+        width: channels of both convolutions and of the output.
+        stride: 2 on the first block of a stage (conv3_1, conv4_1, conv5_1), else 1.
+        shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes.
+    """
+
+    expansion = 1
+
+    def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B"):
+        super().__init__()
+        self.conv1 = conv3x3(in_chans, width, stride)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, width)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.shortcut = make_shortcut(shortcut, in_chans, width, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        residual = F.relu(self.bn1(self.conv1(x)))  # (B, width, H/s, W/s)
+        residual = self.bn2(self.conv2(residual))  # F(x, {W_1, W_2})
+        return F.relu(residual + self.shortcut(x))  # y = F(x) + x, then the second nonlinearity
+
+
+class Bottleneck(nn.Module):
+    """1x1 (reduce), 3x3, 1x1 (restore to 4 x width) with a shortcut around them (Fig. 5 right).
+
+    The stride sits on the 3x3 convolution, as in torchvision ("ResNet v1.5"); the
+    paper's own models stride the first 1x1 convolution.
+
+    Args:
+        in_chans: channels of x.
+        width: channels of the 1x1 and 3x3 convolutions; the output has 4 x width.
+        stride: 2 on the first block of a stage (conv3_1, conv4_1, conv5_1), else 1.
+        shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes.
+    """
+
+    expansion = 4
+
+    def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B"):
+        super().__init__()
+        out_chans = width * self.expansion
+        self.conv1 = conv1x1(in_chans, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, width, stride)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = conv1x1(width, out_chans)
+        self.bn3 = nn.BatchNorm2d(out_chans)
+        self.shortcut = make_shortcut(shortcut, in_chans, out_chans, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        residual = F.relu(self.bn1(self.conv1(x)))  # (B, width, H, W)
+        residual = F.relu(self.bn2(self.conv2(residual)))  # (B, width, H/s, W/s)
+        residual = self.bn3(self.conv3(residual))  # F(x), (B, 4 width, H/s, W/s)
+        return F.relu(residual + self.shortcut(x))
+
+
+BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
+
+
+class Stem(nn.Module):
+    """The layers before the first stage.
+
+    "imagenet": 7x7 convolution with stride 2, batch norm, ReLU, 3x3 max pool with stride 2
+    (conv1 and the start of conv2_x in Table 1): a 224 x 224 image becomes 56 x 56.
+    "cifar": one 3x3 convolution, batch norm, ReLU, at full resolution (Section 4.2).
+    """
+
+    def __init__(self, kind: str, in_chans: int, width: int):
+        super().__init__()
+        if kind == "imagenet":
+            self.conv = nn.Conv2d(in_chans, width, kernel_size=7, stride=2, padding=3, bias=False)
+            self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        else:
+            self.conv = conv3x3(in_chans, width)
+            self.pool = nn.Identity()
+        self.bn = nn.BatchNorm2d(width)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.pool(F.relu(self.bn(self.conv(images))))  # (B, width, H/4, W/4) or (B, width, H, W)
+
+
+class ResNet(nn.Module):
+    """ResNet classifier: a stem, stages of residual blocks, global average pooling and one linear layer.
+
+    Args:
+        block: "basic" (two 3x3 convolutions) or "bottleneck" (1x1, 3x3, 1x1).
+        layers: blocks per stage, e.g. (3, 4, 6, 3) for ResNet-50 or (3, 3, 3) for ResNet-20.
+        widths: filters of each stage (a bottleneck's output has 4 times as many); the stem
+            has widths[0] filters. Every stage after the first halves the feature map.
+        stem: "imagenet" (7x7/2 convolution and 3x3/2 max pool) or "cifar" (one 3x3 convolution).
+        shortcut: "A" (identity with zero-padding, parameter-free) or "B" (projection) for the
+            shortcuts that change the shape; all others are identities.
+        num_classes: outputs of the linear head.
+        in_chans: input channels.
+    """
+
+    def __init__(
+        self,
+        block: str = "basic",
+        layers: tuple[int, ...] = (2, 2, 2, 2),
+        widths: tuple[int, ...] = (64, 128, 256, 512),
+        stem: str = "imagenet",
+        shortcut: str = "B",
+        num_classes: int = 1000,
+        in_chans: int = 3,
+    ):
+        super().__init__()
+        if block not in BLOCKS:
+            raise ValueError(f"unknown block '{block}'; choose from: {', '.join(BLOCKS)}")
+        if stem not in ("imagenet", "cifar"):
+            raise ValueError(f"unknown stem '{stem}'; choose from: imagenet, cifar")
+        if shortcut not in ("A", "B"):
+            raise ValueError(f"unknown shortcut option '{shortcut}'; choose from: A, B")
+        if len(layers) != len(widths) or not layers:
+            raise ValueError(f"layers {tuple(layers)} and widths {tuple(widths)} must name the same stages")
+        Block = BLOCKS[block]
+        self.stem = Stem(stem, in_chans, widths[0])
+        stages, chans = [], widths[0]
+        for i, (n, width) in enumerate(zip(layers, widths)):
+            stride = 1 if i == 0 else 2  # the first stage keeps the stem's resolution
+            blocks = []
+            for j in range(n):
+                blocks.append(Block(chans, width, stride if j == 0 else 1, shortcut))
+                chans = width * Block.expansion
+            stages.append(nn.Sequential(*blocks))
+        self.stages = nn.ModuleList(stages)
+        self.num_features = chans
+        self.fc = nn.Linear(chans, num_classes)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """As torchvision: He-normal convolutions (fan_out), batch norm scale 1 and shift 0,
+        the default uniform init of the linear layer."""
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def no_weight_decay(self) -> set[str]:
+        """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
+        return set()
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.stem(images)  # (B, widths[0], H/4, W/4) for imagenet, (B, widths[0], H, W) for cifar
+        for stage in self.stages:
+            x = stage(x)  # each stage after the first halves H and W
+        return x  # (B, num_features, h, w)
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        x = reduce(x, "b c h w -> b c", "mean")  # global average pooling, (B, num_features)
+        return self.fc(x)  # (B, classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Classify a batch of images (B, C, H, W) into logits (B, classes)."""
+        return self.forward_head(self.forward_features(images))
+
+
+IMAGENET = dict(stem="imagenet", shortcut="B", widths=(64, 128, 256, 512))  # Table 1, option B
+CIFAR = dict(block="basic", stem="cifar", shortcut="A", widths=(16, 32, 64), num_classes=10)  # Section 4.2
+
+# The repo's own tiny flavor for 8x8 digits, the ImageNet models of Table 1 (224x224, 1000 classes)
+# and the CIFAR-10 models of Section 4.2 (6n + 2 layers, n = 3, 5, 7, 9, 18).
+FLAVORS = {
+    "tiny": dict(block="basic", layers=(1, 1, 1), widths=(32, 64, 128), stem="cifar", shortcut="A",
+                 num_classes=10, in_chans=1),
+    "ResNet-18": dict(block="basic", layers=(2, 2, 2, 2), **IMAGENET),
+    "ResNet-34": dict(block="basic", layers=(3, 4, 6, 3), **IMAGENET),
+    "ResNet-50": dict(block="bottleneck", layers=(3, 4, 6, 3), **IMAGENET),
+    "ResNet-101": dict(block="bottleneck", layers=(3, 4, 23, 3), **IMAGENET),
+    "ResNet-152": dict(block="bottleneck", layers=(3, 8, 36, 3), **IMAGENET),
+    **{f"ResNet-{6 * n + 2}": dict(layers=(n, n, n), **CIFAR) for n in (3, 5, 7, 9, 18)},
+}

@@ -1,0 +1,128 @@
+"""LSTM against torch.nn.LSTM: the same weights give the same outputs and final states,
+on full-length batches and on packed variable-length ones."""
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from papers.lstm import PAPER, from_torch
+from papers.lstm.model import LSTMClassifier
+
+INPUT, HIDDEN, B, T = 5, 7, 4, 9
+LENGTHS = torch.tensor([6, 9, 1, 4])  # unsorted, one full length, one of a single step
+
+
+def random_torch_lstm(num_layers: int, bidirectional: bool) -> nn.LSTM:
+    torch.manual_seed(0)
+    lstm = nn.LSTM(INPUT, HIDDEN, num_layers=num_layers, bidirectional=bidirectional, batch_first=True)
+    with torch.no_grad():  # larger than the default init, so the gates saturate differently and mistakes show
+        for p in lstm.parameters():
+            p.normal_(0, 0.5)
+    return lstm.eval()
+
+
+def torch_packed(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor):
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, (h_n, c_n) = lstm(packed)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    return out, (h_n, c_n)
+
+
+def assert_close(got, expected):
+    (out, (h, c)), (out_ref, (h_ref, c_ref)) = got, expected
+    assert out.shape == out_ref.shape and h.shape == h_ref.shape and c.shape == c_ref.shape
+    for ours, theirs in ((out, out_ref), (h, h_ref), (c, c_ref)):
+        assert (ours - theirs).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True), (3, False)])
+def test_full_length_equals_torch(num_layers, bidirectional):
+    theirs = random_torch_lstm(num_layers, bidirectional)
+    ours = from_torch(theirs)
+    x = torch.randn(B, T, INPUT)
+    with torch.no_grad():
+        expected = theirs(x)
+        assert_close(ours(x), expected)
+        assert_close(ours(x, torch.full((B,), T)), expected)  # full lengths given explicitly
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+def test_variable_lengths_equal_packed_torch(bidirectional):
+    theirs = random_torch_lstm(2, bidirectional)
+    ours = from_torch(theirs)
+    x = torch.randn(B, T, INPUT)
+    with torch.no_grad():
+        expected = torch_packed(theirs, x, LENGTHS)
+        got = ours(x, LENGTHS)
+    assert_close(got, expected)
+    # the padded outputs are zeros, as pad_packed_sequence gives
+    past_end = torch.arange(T)[None, :] >= LENGTHS[:, None]  # (B, T)
+    assert got[0][past_end].abs().max() == 0
+    # and the final state is not simply the last column: the test would miss a wrong mask otherwise
+    assert (got[1][0][-1] - got[0][:, -1, :HIDDEN]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+def test_padding_values_change_nothing(bidirectional):
+    ours = from_torch(random_torch_lstm(2, bidirectional))
+    x = torch.randn(B, T, INPUT)
+    past_end = torch.arange(T)[None, :] >= LENGTHS[:, None]  # (B, T)
+    noisy = x.clone()
+    noisy[past_end] = 100 * torch.randn(int(past_end.sum()), INPUT)
+    with torch.no_grad():
+        assert_close(ours(noisy, LENGTHS), ours(x, LENGTHS))
+        # each sequence alone, cut to its length, gives the same
+        out, (h, c) = ours(x, LENGTHS)
+        for b, L in enumerate(LENGTHS.tolist()):
+            out_b, (h_b, c_b) = ours(x[b:b + 1, :L])
+            assert_close((out_b, (h_b, c_b)), (out[b:b + 1, :L], (h[:, b:b + 1], c[:, b:b + 1])))
+
+
+def test_gradients_reach_every_parameter():
+    model = LSTMClassifier(INPUT, 3, HIDDEN, num_layers=2, bidirectional=True)
+    x = torch.randn(B, T, INPUT, requires_grad=True)
+    model(x, LENGTHS).square().sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert x.grad[0, 0].abs().sum() > 0  # the first step of a sequence reaches the head across the recurrence
+    past_end = torch.arange(T)[None, :] >= LENGTHS[:, None]
+    assert x.grad[past_end].abs().max() == 0  # padding never feeds forward
+
+
+def test_classifier_head_reads_last_layers_final_states():
+    model = LSTMClassifier(INPUT, 3, HIDDEN, num_layers=2, bidirectional=True).eval()
+    x = torch.randn(B, T, INPUT)
+    with torch.no_grad():
+        _, (h_n, _) = model.lstm(x, LENGTHS)
+        expected = model.head(torch.cat([h_n[2], h_n[3]], dim=1))  # layer 1: forward, backward
+        assert (model(x, LENGTHS) - expected).abs().max() < 1e-6
+
+
+def test_init_opens_the_forget_gate():
+    layer = LSTMClassifier(INPUT, 3, HIDDEN, bidirectional=True).lstm.layers[0]
+    for s in ("_l0", "_l0_reverse"):
+        b = getattr(layer, f"bias_ih{s}") + getattr(layer, f"bias_hh{s}")  # (4H,), gates i, f, g, o
+        assert torch.equal(b[HIDDEN:2 * HIDDEN], torch.ones(HIDDEN))
+        assert b[:HIDDEN].abs().max() < 1
+
+
+def test_from_torch_rejects_what_the_paper_has_not():
+    with pytest.raises(ValueError, match="proj_size"):
+        from_torch(nn.LSTM(3, 4, proj_size=2, batch_first=True))
+    with pytest.raises(ValueError, match="bias=False"):
+        from_torch(nn.LSTM(3, 4, bias=False, batch_first=True))
+    with pytest.raises(ValueError, match="batch_first"):
+        from_torch(nn.LSTM(3, 4))
+
+
+def test_flavors_build_and_run():
+    spec = PAPER
+    assert next(iter(spec.flavors)) == "tiny"
+    tiny = spec.build("tiny")
+    assert tiny(torch.randn(2, 8, 8)).shape == (2, 10)  # digits read row by row
+    assert sum(p.numel() for p in tiny.parameters()) == 71_946
+    adding = spec.build("exp4-adding")
+    assert adding(torch.randn(3, 12, 2), torch.tensor([12, 5, 9])).shape == (3, 1)
+    # 4 cells with 4 gate rows each over 2 inputs + 4 recurrent, two bias vectors, and a 4 -> 1 head
+    assert sum(p.numel() for p in adding.parameters()) == 4 * 4 * (2 + 4) + 2 * 16 + 5
