@@ -226,7 +226,7 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"epoch": epoch + 1}, step=state["step"])
         window_start, window_steps = time.perf_counter(), 0  # evaluation time is not training throughput
         if env.is_main:
-            progress.write(f"epoch {epoch + 1}/{epochs}: test {task.metric} {value:.4f}, loss {metrics['loss']:.4f}")
+            progress.write(f"epoch {epoch + 1}/{epochs}: test {task.metric} {value:.4g}, loss {metrics['loss']:.4g}")
         if state["step"] % ckpt_every == 0 or epoch + 1 == epochs or cfg.ckpt_every is None:
             save_checkpoint()
     progress.close()
@@ -269,7 +269,7 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         tracker.summary({f"final/{task.metric}": result["final"], f"best/{task.metric}": result["best"]}
                         | per_rank | {k: v for k, v in result.items() if k != "memory_per_rank"})
         where = tracker.finish()
-        print(f"test {task.metric}: {result['final']:.4f} (best {result['best']:.4f} at epoch {result['best_epoch']})")
+        print(f"test {task.metric}: {result['final']:.4g} (best {result['best']:.4g} at epoch {result['best_epoch']})")
         print(f"run directory: {run_dir}")
         if where:
             print(where)
