@@ -20,6 +20,7 @@ import torch
 from common.parallel import STRATEGIES, resolve_strategy
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+BUCKETING = ("none", "size")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
@@ -34,6 +35,8 @@ class TrainConfig:
     dataset: str = "digits"
     data_dir: str | None = None
     image_size: int | None = None  # resize images to this side (real image data sets)
+    pad_multiple: int = 1  # padded batch sizes are rounded up to a multiple of this
+    bucketing: str = "none"  # "size": batches of samples of similar size
     epochs: int = 10
     max_steps: int | None = None  # stop after this many optimizer steps (the schedule ends there too)
     batch_size: int = 64  # global: samples per optimizer step over all processes and micro-steps
@@ -135,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help="dataset name; the paper's default if left out")
     p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder)")
     p.add_argument("--image-size", type=positive_int, help="resize images to N x N (real image data sets)")
+    p.add_argument("--pad-multiple", type=positive_int, help="round padded sizes up to a multiple of N")
+    p.add_argument("--bucketing", choices=BUCKETING, help="size: batch samples of similar size together")
     p.add_argument("--epochs", type=positive_int)
     p.add_argument("--max-steps", type=positive_int, help="stop after this many optimizer steps")
     p.add_argument("--batch-size", type=positive_int, help="global batch, whatever the number of processes")
@@ -222,11 +227,11 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
-    for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb")):
+    for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
     for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",
-                 "image_size"):
+                 "image_size", "pad_multiple"):
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise ConfigError(f"{name} must be a positive integer, got {value}")
@@ -254,11 +259,19 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resizable = ", ".join(name for name, d in DATASETS.items() if d.resizable)
         raise ConfigError(f"--image-size does not apply to {data.name}; it resizes {resizable}")
     facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)  # ConfigError when the data is missing
+    if cfg.bucketing == "size" and not data.variable_size:
+        variable = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
+        raise ConfigError(f"--bucketing size needs samples of different sizes; {data.name} has one size "
+                          f"(variable-size data sets: {variable})")
     try:
         with torch.device("meta"):  # builds nothing real: catches a flavor that cannot take the dataset
-            spec.build_for_data(cfg.flavor, facts)
+            model = spec.build_for_data(cfg.flavor, facts)
     except ValueError as e:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
+    multiple = getattr(model, "input_multiple", 1)
+    if data.variable_size and facts.get("size_multiple", 1) % multiple:
+        raise ConfigError(f"flavor {cfg.flavor} of {spec.name} needs image sides that are multiples of {multiple}, "
+                          f"but {data.name}'s sides are multiples of {facts.get('size_multiple', 1)}")
 
     try:
         resolve_strategy(cfg.strategy, world_size)

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from common import checkpoint, parallel
 from common.config import ConfigError, TrainConfig, save as save_config
 from common.data import eval_loader, get_dataset, train_loader
+from common.data.collate import padding_counts
 from common.optim import build_optimizer, warmup_cosine
 from common.tasks import get_task
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
@@ -57,7 +58,12 @@ def to_device(batch, device: torch.device):
 
 
 def call(model, inputs):
-    return model(**inputs) if isinstance(inputs, dict) else model(inputs)
+    """The model on a batch's inputs: `model(images, mask=...)`, `model(x, lengths=...)`, or `model(x)`."""
+    if not isinstance(inputs, dict):
+        return model(inputs)
+    if "images" in inputs:
+        return model(inputs["images"], mask=inputs["mask"])
+    return model(inputs["x"], lengths=inputs["lengths"])
 
 
 def autocast(precision: str, device: torch.device):
@@ -109,16 +115,22 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
     task = get_task(data.task, cfg.label_smoothing)
 
     facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank and every run
+    model = spec.build_for_data(cfg.flavor, facts)
+    n_params = sum(p.numel() for p in model.parameters())
+
     train_set, test_set = data.load(data_dir=cfg.data_dir, image_size=cfg.image_size)
     micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
-    loader = train_loader(train_set, micro_batch, env.rank, env.world_size, cfg.seed, cfg.num_workers, data.collate)
+    collate = data.collate(math.lcm(cfg.pad_multiple, getattr(model, "input_multiple", 1)))
+    loader = train_loader(train_set, cfg.batch_size, micro_batch, env.rank, env.world_size, cfg.seed, cfg.num_workers,
+                          collate, cfg.bucketing)
     steps_per_epoch = len(loader) // cfg.grad_accum
     if steps_per_epoch == 0:
         raise ConfigError(f"batch size {cfg.batch_size} is larger than the {len(train_set)} training samples of {data.name}")
     total_steps = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, steps_per_epoch * cfg.epochs)
     epochs = math.ceil(total_steps / steps_per_epoch)
     ckpt_every = cfg.ckpt_every or steps_per_epoch
-    test_loader = eval_loader(test_set, max(256, micro_batch), env.rank, env.world_size, data.collate)
+    test_loader = eval_loader(test_set, max(256, micro_batch), env.rank, env.world_size, collate)
 
     run_dir = Path(cfg.out) if cfg.out else parallel.broadcast_object(default_run_dir(cfg.paper))
     if resuming and (run_dir / "result.json").exists():  # a restart after the run had finished
@@ -127,9 +139,6 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         return json.loads((run_dir / "result.json").read_text())
     resume_from = parallel.broadcast_object(checkpoint.latest(run_dir) if resuming else None)
 
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank and every run
-    model = spec.build_for_data(cfg.flavor, facts)
-    n_params = sum(p.numel() for p in model.parameters())
     model = parallel.parallelize(model, strategy, env, compile=cfg.compile, shard_blocks=spec.shard_blocks,
                                  precision=cfg.precision)
     optimizer = build_optimizer(parallel.unwrap(model), cfg.lr, cfg.weight_decay)
@@ -137,7 +146,7 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
     scaler = torch.amp.GradScaler(env.device.type, enabled=cfg.precision == "fp16")
 
     state = {"paper": cfg.paper, "flavor": cfg.flavor, "step": 0, "epoch": 0, "samples_in_epoch": 0,
-             "best": None, "history": [], "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None}
+             "best": None, "history": [], "padding": [0, 0], "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None}
     if resume_from is not None:  # raises CheckpointError before anything is written
         state = checkpoint.load(resume_from, model, optimizer, env, cfg.paper, cfg.flavor)
         scheduler.load_state_dict(state["scheduler"])
@@ -177,14 +186,17 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
                     desc=f"{cfg.paper} {cfg.flavor}", unit="step")
     window_start, window_steps = time.perf_counter(), 0
     for epoch in range(state["epoch"], epochs):
-        loader.sampler.set_epoch(epoch, start=state["samples_in_epoch"])
+        loader.epoch_sampler.set_epoch(epoch, start=state["samples_in_epoch"])
         batches = iter(loader)
+        padding = [0, 0]  # padded and all input elements this epoch, on this rank
         epoch_start = time.perf_counter()
         done_in_epoch = state["samples_in_epoch"] // cfg.batch_size
         for _ in range(min(steps_per_epoch - done_in_epoch, total_steps - state["step"])):
             loss = torch.zeros((), device=env.device)
             for micro in range(cfg.grad_accum):
-                x, y = to_device(next(batches), env.device)
+                batch = next(batches)
+                padding = [a + b for a, b in zip(padding, padding_counts(batch[0]))]
+                x, y = to_device(batch, env.device)
                 with parallel.gradient_sync(model, enabled=micro == cfg.grad_accum - 1):
                     with autocast(cfg.precision, env.device):
                         micro_loss = task.loss(call(model, x), y) / cfg.grad_accum
@@ -222,8 +234,12 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         if best is None or (value > best[0] if task.higher_is_better else value < best[0]):
             state["best"] = (value, epoch + 1)
         state["history"].append(value)
+        padding = parallel.all_reduce_sum(torch.tensor(padding, dtype=torch.float64, device=env.device)).tolist()
+        state["padding"] = [a + b for a, b in zip(state["padding"], padding)]
+        metrics["padding_waste"] = padding[0] / padding[1] if padding[1] else 0.0
         state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
-        tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"epoch": epoch + 1}, step=state["step"])
+        tracker.log({f"eval/{k}": v for k, v in metrics.items() if k != "padding_waste"}
+                    | {"epoch": epoch + 1, "train/padding_waste": metrics["padding_waste"]}, step=state["step"])
         window_start, window_steps = time.perf_counter(), 0  # evaluation time is not training throughput
         if env.is_main:
             progress.write(f"epoch {epoch + 1}/{epochs}: test {task.metric} {value:.4g}, loss {metrics['loss']:.4g}")
@@ -252,6 +268,8 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         "precision": cfg.precision,
         "compile": cfg.compile,
         "samples_per_s": state["step"] * cfg.batch_size / state["train_seconds"],
+        "padding_waste": state["padding"][0] / state["padding"][1] if state["padding"][1] else 0.0,
+        "bucketing": cfg.bucketing,
         "memory_per_rank": memory,
         "wall_s": state["wall_seconds"] + time.perf_counter() - started,
         "device": device_name(env.device),

@@ -25,17 +25,17 @@ def test_digits_split_is_fixed_stratified_and_normalised():
 
 def test_ranks_together_read_the_single_process_global_batches():
     train, _ = get_dataset("digits").load()
-    single = train_loader(train, 64, rank=0, world_size=1, seed=7)
-    ranks = [train_loader(train, 32, rank=r, world_size=2, seed=7) for r in range(2)]
+    single = train_loader(train, 64, 64, rank=0, world_size=1, seed=7)
+    ranks = [train_loader(train, 64, 32, rank=r, world_size=2, seed=7) for r in range(2)]
     for epoch in (0, 3):
         for loader in [single, *ranks]:
-            loader.sampler.set_epoch(epoch)
+            loader.epoch_sampler.set_epoch(epoch)
         assert len(single) == len(ranks[0]) == len(ranks[1]) == 1437 // 64
         for (x, y), (x0, y0), (x1, y1) in zip(single, *ranks):
             key = lambda xs, ys: sorted(zip(ys.tolist(), xs.flatten(1).sum(1).tolist()))
             assert key(x, y) == key(torch.cat([x0, x1]), torch.cat([y0, y1]))
     first_epoch = [y for _, y in single]
-    single.sampler.set_epoch(1)
+    single.epoch_sampler.set_epoch(1)
     assert not all(torch.equal(a, b) for a, b in zip(first_epoch, [y for _, y in single])), "reshuffled each epoch"
 
 

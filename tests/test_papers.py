@@ -15,7 +15,7 @@ def default_batch(spec, n=16):
     """A real batch of the paper's default dataset, and the model built for it."""
     data = get_dataset(spec.defaults["dataset"])
     train, _ = data.load()
-    x, y = next(iter(eval_loader(train, n, rank=0, world_size=1, collate=data.collate)))
+    x, y = next(iter(eval_loader(train, n, rank=0, world_size=1, collate=data.collate())))
     torch.manual_seed(0)
     return spec.build_for_data("tiny", data.facts()), x, y, data
 

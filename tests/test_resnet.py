@@ -1,4 +1,4 @@
-"""ResNet against torchvision's, and against the paper's Table 6."""
+"""ResNet against torchvision's, against the paper's Table 6, and on padded batches of mixed sizes."""
 
 import pytest
 import torch
@@ -6,7 +6,7 @@ import torch.nn as nn
 import torchvision
 
 from papers.resnet import PAPER, from_torchvision
-from papers.resnet.model import FLAVORS, PadShortcut, Projection, ResNet
+from papers.resnet.model import FLAVORS, MaskedBatchNorm2d, PadShortcut, Projection, ResNet
 
 IMAGENET = {"ResNet-18": "resnet18", "ResNet-34": "resnet34", "ResNet-50": "resnet50",
             "ResNet-101": "resnet101", "ResNet-152": "resnet152"}
@@ -17,11 +17,8 @@ def count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def random_torchvision(name: str, **kwargs) -> nn.Module:
-    """A torchvision ResNet in eval mode with random weights and random batch-norm statistics,
-    so that a scale, shift, mean or variance mapped to the wrong place changes the output."""
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None, **kwargs)
+def randomize_batch_norm(model: nn.Module) -> nn.Module:
+    """Random scales, shifts and running statistics in every batch norm, and eval mode."""
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, nn.BatchNorm2d):
@@ -30,6 +27,24 @@ def random_torchvision(name: str, **kwargs) -> nn.Module:
                 m.running_mean.normal_(0, 0.2)
                 m.running_var.uniform_(0.5, 2.0)
     return model.eval()
+
+
+def random_torchvision(name: str, **kwargs) -> nn.Module:
+    """A torchvision ResNet in eval mode with random weights and random batch-norm statistics,
+    so that a scale, shift, mean or variance mapped to the wrong place changes the output."""
+    torch.manual_seed(0)
+    return randomize_batch_norm(getattr(torchvision.models, name)(weights=None, **kwargs))
+
+
+def pad_batch(images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (C, h_i, w_i) zero-padded at the bottom and right to the largest, and the mask (B, H, W)."""
+    H, W = max(x.shape[1] for x in images), max(x.shape[2] for x in images)
+    batch = torch.zeros(len(images), images[0].shape[0], H, W)
+    mask = torch.zeros(len(images), H, W, dtype=torch.bool)
+    for i, x in enumerate(images):
+        batch[i, :, : x.shape[1], : x.shape[2]] = x
+        mask[i, : x.shape[1], : x.shape[2]] = True
+    return batch, mask
 
 
 @pytest.mark.parametrize("name, kwargs", [("resnet18", {}), ("resnet50", {}), ("resnet18", dict(num_classes=7))])
@@ -114,10 +129,10 @@ def test_option_b_projects_only_where_the_shape_changes():
 def test_stage_resolutions_follow_table1():
     with torch.device("meta"):  # shapes only
         model = PAPER.build("ResNet-50")
-        x = model.stem(torch.empty(1, 3, 224, 224))
+        x, _ = model.stem(torch.empty(1, 3, 224, 224))
     assert x.shape == (1, 64, 56, 56)  # conv2_x
     for stage, (chans, side) in zip(model.stages, [(256, 56), (512, 28), (1024, 14), (2048, 7)]):
-        x = stage(x)
+        x, _ = stage(x)
         assert x.shape == (1, chans, side, side)
 
 
@@ -125,8 +140,8 @@ def test_tiny_flavor_runs_on_8x8_digits():
     torch.manual_seed(0)
     model = PAPER.build("tiny", num_classes=10, in_chans=1)
     x = torch.randn(4, 1, 8, 8)
-    features = model.forward_features(x)
-    assert features.shape == (4, model.num_features, 2, 2)
+    features, mask = model.forward_features(x)
+    assert features.shape == (4, model.num_features, 2, 2) and mask is None
     logits = model(x)
     assert logits.shape == (4, 10) and torch.isfinite(logits).all()
     assert PAPER.shard_blocks == "stages" and isinstance(model.stages, nn.ModuleList)
@@ -140,3 +155,71 @@ def test_bad_arguments_are_refused():
         ResNet(shortcut="C")
     with pytest.raises(ValueError, match="same stages"):
         ResNet(layers=(2, 2), widths=(64, 128, 256))
+
+
+def test_without_a_mask_the_model_is_bitwise_torchvision():
+    """mask=None computes what the model computed before masks existed: exactly torchvision's
+    numbers, in eval mode and in training mode (batch statistics, running estimates, gradients)."""
+    theirs = random_torchvision("resnet18")
+    ours = from_torchvision(theirs).eval()
+    x = torch.randn(2, 3, 40, 36)
+    with torch.no_grad():
+        assert torch.equal(ours(x), theirs(x))
+    theirs.train(), ours.train()
+    expected, got = theirs(x), ours(x)
+    assert torch.equal(got, expected)
+    expected.square().sum().backward(), got.square().sum().backward()
+    pairs = zip(ours.named_parameters(), theirs.named_parameters(), strict=True)  # both in the same order
+    assert all(torch.equal(p.grad, q.grad) for (_, p), (_, q) in pairs)
+    pairs = zip(ours.named_buffers(), theirs.named_buffers(), strict=True)  # running statistics, batch counts
+    assert all(torch.equal(p, q) for (_, p), (_, q) in pairs)
+
+
+@pytest.mark.parametrize("flavor, sizes, atol", [
+    ("ResNet-20", [(13, 9), (16, 16), (7, 21), (32, 24)], 1e-5),  # CIFAR stem, option A
+    ("ResNet-18", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-5),  # 7x7/2 and max pool, option B
+    ("ResNet-50", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-4),  # bottlenecks; logits up to about 40 here
+])
+def test_a_padded_batch_gives_each_image_its_own_logits(flavor, sizes, atol):
+    """Eval mode, random weights and batch-norm statistics: each image of a zero-padded batch of mixed
+    sizes (odd, even, taller, wider) gets the logits it gets alone and unpadded."""
+    torch.manual_seed(0)
+    model = randomize_batch_norm(PAPER.build(flavor, num_classes=10))
+    images = [torch.randn(3, h, w) for h, w in sizes]
+    batch, mask = pad_batch(images)
+    with torch.no_grad():
+        got = model(batch, mask)
+        expected = torch.cat([model(x[None]) for x in images])
+        unmasked = model(batch)
+    assert (got - expected).abs().max() < atol
+    assert expected.std() > 0.1  # logits vary enough between images and classes to tell
+    padded = ~mask.flatten(1).all(1)
+    assert ((unmasked - expected).abs().amax(1)[padded] > 1e-2).all()  # without the mask, padding changes them
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_masked_batch_norm_trains_as_batch_norm_on_the_valid_pixels(momentum):
+    """Training mode: statistics, output, gradients and running estimates equal nn.BatchNorm2d's on
+    the valid pixels alone, whatever the padding holds; the padding comes out zero."""
+    torch.manual_seed(0)
+    ours, reference = MaskedBatchNorm2d(5, momentum=momentum), nn.BatchNorm2d(5, momentum=momentum)
+    randomize_batch_norm(ours).train()
+    reference.load_state_dict(ours.state_dict())
+    for step in range(2):  # the second step checks the running estimates move with the momentum
+        x = (3 * torch.randn(3, 5, 9, 11) + 1).requires_grad_()  # padding too: it must be ignored
+        _, mask = pad_batch([torch.empty(0, h, w) for h, w in [(9, 4), (5, 11), (2 + step, 3)]])
+        valid = x.detach().permute(1, 0, 2, 3)[:, mask].requires_grad_()  # (C, N) valid pixels
+        y, y_ref = ours(x, mask), reference(valid[None, :, :, None])  # reference: N pixels as one image
+        assert (y.permute(1, 0, 2, 3)[:, mask] - y_ref[0, :, :, 0]).abs().max() < 1e-5
+        assert not y.permute(1, 0, 2, 3)[:, ~mask].any()
+        w = torch.randn_like(y_ref)  # a loss that weighs the pixels unequally
+        (y.permute(1, 0, 2, 3)[:, mask] * w[0, :, :, 0]).sum().backward()
+        (y_ref * w).sum().backward()
+        assert (x.grad.permute(1, 0, 2, 3)[:, mask] - valid.grad).abs().max() < 1e-5
+        assert (ours.weight.grad - reference.weight.grad).abs().max() < 1e-4
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            assert torch.allclose(getattr(ours, name), getattr(reference, name), atol=1e-6), name
+    ours.eval(), reference.eval()
+    with torch.no_grad():  # eval mode: the running estimates, and zero padding
+        y, y_ref = ours(x, mask), reference(x)
+    assert torch.allclose(y, y_ref * mask[:, None], atol=1e-6)

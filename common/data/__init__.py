@@ -3,18 +3,20 @@
 A dataset is registered here with its task kind, its kind of input ("image" or
 "sequence"), and the facts a model is built for (classes, channels, image
 size, features per step), so that a paper can be paired with any dataset of
-its kind of input. A batch is (inputs, targets): inputs are a tensor, or a dict
-of the model's keyword arguments (a padded sequence and its lengths).
+its kind of input. A batch is (inputs, targets): inputs are a tensor or, for
+data sets whose samples differ in size, a dict of the padded batch and its mask
+(see common.data.collate).
 """
 
-import itertools
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from common.data import adding, digits, vision
-from common.data.collate import pad_sequences
+from common.data.collate import pad_images, pad_sequences
+from common.data.samplers import BucketBatchSampler, ResumableSampler
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,14 @@ class DatasetSpec:
         inputs: what a sample is: "image" (C, H, W) or "sequence" (T, F).
         facts: (data_dir, image_size) -> what the model is built for: num_classes (the
             outputs of its head: classes, or 1 for a scalar target), and in_chans and
-            img_size for images, input_size for sequences. Raises ConfigError when the
-            data is not where it should be.
+            img_size for images, input_size for sequences; size_multiple where every
+            side is a multiple of it. Raises ConfigError when the data is not where it
+            should be.
         load: (data_dir, image_size) -> (train, test) datasets of (input, target) pairs.
-        collate: how samples become a batch (default: stack).
         description: one line for the README.
         resizable: --image-size applies.
+        variable_size: samples differ in size: batches are padded with a mask, and the
+            datasets have `sizes` (a length, or height and width, per sample) for bucketing.
     """
 
     name: str
@@ -40,9 +44,15 @@ class DatasetSpec:
     inputs: str
     facts: Callable[..., dict]
     load: Callable[..., tuple[Dataset, Dataset]]
-    collate: Callable | None = None
     description: str = ""
     resizable: bool = False
+    variable_size: bool = False
+
+    def collate(self, pad_multiple: int = 1) -> Callable | None:
+        """How samples become a batch: stacked, or padded with a mask when sizes vary."""
+        if not self.variable_size:
+            return None
+        return partial(pad_images if self.inputs == "image" else pad_sequences, pad_multiple=pad_multiple)
 
 
 def _fixed(**facts) -> Callable[..., dict]:
@@ -56,8 +66,12 @@ DATASETS = {
                     description="scikit-learn's 1,797 handwritten 8x8 digits, fixed stratified 80/20 split"),
         DatasetSpec("digits-rows", "classification", "sequence", _fixed(num_classes=10, input_size=8),
                     digits.load_rows, description="the same digits read row by row: 8 steps of 8 pixels"),
+        DatasetSpec("digits-canvas", "classification", "image",
+                    _fixed(num_classes=10, in_chans=1, img_size=32, size_multiple=4), digits.load_canvas,
+                    variable_size=True,
+                    description="the digits scaled 1x to 3x at random spots of square canvases of 16 to 48 pixels"),
         DatasetSpec("adding", "regression", "sequence", _fixed(num_classes=1, input_size=2), adding.load,
-                    collate=pad_sequences,
+                    variable_size=True,
                     description=f"the adding problem, lengths {adding.MIN_LENGTH} to {adding.MAX_LENGTH}, "
                                 f"{adding.TRAIN_SIZE:,} train / {adding.TEST_SIZE:,} test sequences"),
         DatasetSpec("cifar10", "classification", "image", vision.cifar10_facts, vision.cifar10_load, resizable=True,
@@ -78,42 +92,31 @@ def get_dataset(name: str) -> DatasetSpec:
     return DATASETS[name]
 
 
-class ResumableSampler(DistributedSampler):
-    """DistributedSampler that can start an epoch part-way, after `start` samples (all ranks together).
+def train_loader(dataset: Dataset, global_batch: int, micro_batch: int, rank: int, world_size: int, seed: int,
+                 num_workers: int = 0, collate: Callable | None = None, bucketing: str = "none") -> DataLoader:
+    """This rank's micro-batches, in a new order every epoch: call `loader.epoch_sampler.set_epoch(epoch, start)`.
+    Incomplete global batches are dropped.
 
-    Rank r reads positions r, r + W, r + 2W, ... of the epoch's permutation (seeded by
-    seed + epoch), so the k-th micro-batches of all ranks together are one contiguous
-    slice of it: the global batch, and where an epoch stands, do not depend on W.
+    Args:
+        bucketing: "none" (a random order) or "size" (batches of similar sizes; the
+            dataset must have `sizes`).
     """
-
-    def __init__(self, dataset: Dataset, rank: int, world_size: int, seed: int):
-        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
-        self.start = 0
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        super().set_epoch(epoch)
-        if start % self.num_replicas:
-            raise ValueError(f"position {start} does not divide over {self.num_replicas} ranks")
-        self.start = start // self.num_replicas
-
-    def __iter__(self):
-        return itertools.islice(super().__iter__(), self.start, None)
-
-    def __len__(self) -> int:
-        return self.num_samples - self.start
-
-
-def train_loader(dataset: Dataset, micro_batch: int, rank: int, world_size: int, seed: int, num_workers: int = 0,
-                 collate: Callable | None = None) -> DataLoader:
-    """This rank's micro-batches of a fresh permutation every epoch (call `loader.sampler.set_epoch`).
-    Incomplete batches are dropped."""
-    sampler = ResumableSampler(dataset, rank=rank, world_size=world_size, seed=seed)
-    return DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True, num_workers=num_workers,
-                      collate_fn=collate)
+    if bucketing == "size":
+        sampler = BucketBatchSampler(dataset.sizes, global_batch, micro_batch, rank, world_size, seed)
+        loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate)
+    else:
+        sampler = ResumableSampler(dataset, rank=rank, world_size=world_size, seed=seed)
+        loader = DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True,
+                            num_workers=num_workers, collate_fn=collate)
+    loader.epoch_sampler = sampler
+    return loader
 
 
 def eval_loader(dataset: Dataset, batch_size: int, rank: int, world_size: int,
                 collate: Callable | None = None) -> DataLoader:
-    """This rank's disjoint share of the evaluation set, with no sample repeated or left out."""
-    shard = Subset(dataset, range(rank, len(dataset), world_size))
-    return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate)
+    """This rank's disjoint share of the evaluation set, with no sample repeated or left out
+    (in order of size where samples differ in size, so that batches need little padding)."""
+    indices = list(range(rank, len(dataset), world_size))
+    if hasattr(dataset, "sizes"):
+        indices.sort(key=lambda i: dataset.sizes[i])
+    return DataLoader(Subset(dataset, indices), batch_size=batch_size, shuffle=False, collate_fn=collate)

@@ -24,7 +24,7 @@ class AddingProblem(Dataset):
 
     def __init__(self, size: int, seed: int, min_length: int = MIN_LENGTH, max_length: int = MAX_LENGTH):
         g = torch.Generator().manual_seed(seed)
-        self.samples = []
+        self.samples, self.sizes = [], []
         for _ in range(size):
             T = int(torch.randint(min_length, max_length + 1, (), generator=g))
             values = torch.rand(T, generator=g)
@@ -34,6 +34,7 @@ class AddingProblem(Dataset):
             markers[[first, second]] = 1.0
             x = torch.stack([values, markers], dim=1)  # (T, 2)
             self.samples.append((x, values[first] + values[second]))
+            self.sizes.append(T)
 
     def __len__(self) -> int:
         return len(self.samples)

@@ -7,6 +7,7 @@ seed, so every run of every paper is scored on the same 360 test images.
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.utils.data import TensorDataset
@@ -38,3 +39,42 @@ def load(**_) -> tuple[TensorDataset, TensorDataset]:
 def load_rows(**_) -> tuple[TensorDataset, TensorDataset]:
     """The same digits read row by row: sequences of 8 steps of 8 pixels, (8, 8) per sample."""
     return tuple(TensorDataset(d.tensors[0].squeeze(1), d.tensors[1]) for d in load())
+
+
+CANVAS_SEEDS = {"train": 0, "test": 1}
+CANVAS_SIDES = range(16, 49, 4)  # multiples of 4, so that 4x4 and 2x2 patches tile every canvas
+
+
+class DigitsCanvas(torch.utils.data.Dataset):
+    """Each digit scaled by 1x to 3x and placed at a random spot of a square canvas of random side.
+
+    Sides are 16 to 48 pixels, in steps of 4; the scaled digit always fits. Drawn
+    from a fixed seed per split, so every run sees the same images. `sizes` holds
+    each image's (height, width) for size bucketing.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        sides = torch.tensor(list(CANVAS_SIDES))
+        self.images, self.labels, self.sizes = [], labels, []
+        for image in images:  # (1, 8, 8), normalised
+            side = int(sides[torch.randint(len(sides), (), generator=g)])
+            scale = 1 + 2 * float(torch.rand((), generator=g))  # 1x to 3x
+            digit = min(round(8 * scale), side)
+            scaled = F.interpolate(image[None], size=(digit, digit), mode="bilinear", align_corners=False)[0]
+            top, left = (int(torch.randint(side - digit + 1, (), generator=g)) for _ in range(2))
+            canvas = torch.full((1, side, side), float(image.min()))  # the digits' own background value
+            canvas[:, top:top + digit, left:left + digit] = scaled
+            self.images.append(canvas)
+            self.sizes.append((side, side))
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[i], self.labels[i]
+
+
+def load_canvas(**_) -> tuple[DigitsCanvas, DigitsCanvas]:
+    """The digits' fixed train/test split, each image drawn onto its own canvas."""
+    return tuple(DigitsCanvas(*d.tensors, seed=CANVAS_SEEDS[split]) for split, d in zip(("train", "test"), load()))

@@ -6,12 +6,60 @@ Instead of asking a few stacked layers to fit a mapping H(x), let them fit the
 residual F(x) = H(x) - x and add x back through a shortcut: y = F(x, {W_i}) + x
 (Eq. 1). If the identity were optimal, the layers only need to push F towards
 zero, so networks of 100 and more layers train, and get better with depth.
+
+Variable-size batches: images are zero-padded at the bottom and right, and a mask
+(B, H, W) marks the valid pixels. Every block takes and returns (x, mask); batch norm
+counts only valid pixels and sets the padding back to zero, so each image is classified
+as if it were alone (mask=None: every pixel valid, plain nn.BatchNorm2d).
 """
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from einops import reduce
+
+
+def downsample(mask: torch.Tensor | None, stride: int) -> torch.Tensor | None:
+    """The valid pixels after a layer with this stride.
+
+    A top-left h x w rectangle becomes ceil(h/s) x ceil(w/s), which is the valid output of
+    every strided layer here: 3x3/s convolution with padding 1, 7x7/2 with padding 3,
+    3x3/2 max pool with padding 1, strided 1x1 convolution, option A's subsampling.
+    """
+    return None if mask is None else mask[:, ::stride, ::stride]
+
+
+def masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """x (B, C, H, W) with the padding set back to zero."""
+    return x if mask is None else x * mask[:, None]
+
+
+class MaskedBatchNorm2d(nn.BatchNorm2d):
+    """Batch norm over the valid pixels only; the output is zero on the padding.
+
+    In training, the mean and biased variance of the valid pixels normalise, and the
+    running estimates take the unbiased variance with the momentum, as nn.BatchNorm2d.
+    In eval mode, the running estimates normalise. With mask=None it is nn.BatchNorm2d.
+    """
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        batch_stats = self.training or self.running_mean is None  # as nn.BatchNorm2d decides
+        if mask is None or not batch_stats:
+            return masked(super().forward(x), mask)
+        x32, m = x.float(), mask[:, None].float()  # statistics in fp32, also under autocast; m: (B, 1, H, W)
+        n = m.sum()  # valid pixels per channel
+        mean = reduce(x32 * m, "b c h w -> c", "sum") / n  # (C,)
+        var = reduce((x32 - mean[:, None, None]) ** 2 * m, "b c h w -> c", "sum") / n  # biased, (C,)
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                momentum = 1 / self.num_batches_tracked.item() if self.momentum is None else self.momentum
+                self.running_mean.lerp_(mean, momentum)
+                self.running_var.lerp_(var * n / (n - 1), momentum)  # unbiased
+        y = (x32 - mean[:, None, None]) * torch.rsqrt(var[:, None, None] + self.eps)
+        if self.affine:
+            y = y * self.weight[:, None, None] + self.bias[:, None, None]
+        return (y * m).to(x.dtype)
 
 
 def conv3x3(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
@@ -23,17 +71,30 @@ def conv1x1(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_chans, out_chans, kernel_size=1, stride=stride, bias=False)
 
 
+# With a mask: at the valid outputs, a convolution reads zeros from the padding, as it reads
+# its own zero padding when the image is alone; at the edge it spreads values into the padding.
+# Every convolution is followed by a MaskedBatchNorm2d, which skips the padding and zeroes it
+# again. The shortcuts take the mask of their output.
+
+class Identity(nn.Identity):
+    """The identity shortcut, where the shape is kept."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return x
+
+
 class PadShortcut(nn.Module):
     """Option A: identity, subsampled by the stride and zero-padded with the extra channels.
 
-    Parameter-free. The extra channels carry no residual learning (Section 4.1).
+    Parameter-free. The extra channels carry no residual learning (Section 4.1). Subsampling
+    a map that is zero on the padding gives one that is zero on the subsampled padding.
     """
 
     def __init__(self, in_chans: int, out_chans: int, stride: int):
         super().__init__()
         self.stride, self.extra = stride, out_chans - in_chans
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         x = x[:, :, :: self.stride, :: self.stride]  # (B, C_in, H/s, W/s)
         return F.pad(x, (0, 0, 0, 0, 0, self.extra))  # zero entries for the new channels: (B, C_out, H/s, W/s)
 
@@ -44,16 +105,16 @@ class Projection(nn.Module):
     def __init__(self, in_chans: int, out_chans: int, stride: int):
         super().__init__()
         self.conv = conv1x1(in_chans, out_chans, stride)
-        self.bn = nn.BatchNorm2d(out_chans)
+        self.bn = MaskedBatchNorm2d(out_chans)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.conv(x))  # W_s x: (B, C_out, H/s, W/s)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.bn(self.conv(x), mask)  # W_s x: (B, C_out, H/s, W/s)
 
 
 def make_shortcut(kind: str, in_chans: int, out_chans: int, stride: int) -> nn.Module:
     """The identity where the shape is kept; option A or B where it changes."""
     if stride == 1 and in_chans == out_chans:
-        return nn.Identity()
+        return Identity()
     if kind == "A":
         if out_chans < in_chans:
             raise ValueError(f"option A shortcuts can only add channels, not go from {in_chans} to {out_chans}")
@@ -75,16 +136,19 @@ class BasicBlock(nn.Module):
 
     def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B"):
         super().__init__()
+        self.stride = stride
         self.conv1 = conv3x3(in_chans, width, stride)
-        self.bn1 = nn.BatchNorm2d(width)
+        self.bn1 = MaskedBatchNorm2d(width)
         self.conv2 = conv3x3(width, width)
-        self.bn2 = nn.BatchNorm2d(width)
+        self.bn2 = MaskedBatchNorm2d(width)
         self.shortcut = make_shortcut(shortcut, in_chans, width, stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        residual = F.relu(self.bn1(self.conv1(x)))  # (B, width, H/s, W/s)
-        residual = self.bn2(self.conv2(residual))  # F(x, {W_1, W_2})
-        return F.relu(residual + self.shortcut(x))  # y = F(x) + x, then the second nonlinearity
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, C, H, W), zero outside mask (B, H, W); returns y and its mask (B, H/s, W/s)."""
+        mask = downsample(mask, self.stride)
+        residual = F.relu(self.bn1(self.conv1(x), mask))  # (B, width, H/s, W/s)
+        residual = self.bn2(self.conv2(residual), mask)  # F(x, {W_1, W_2})
+        return F.relu(residual + self.shortcut(x, mask)), mask  # y = F(x) + x, then the second nonlinearity
 
 
 class Bottleneck(nn.Module):
@@ -105,22 +169,34 @@ class Bottleneck(nn.Module):
     def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B"):
         super().__init__()
         out_chans = width * self.expansion
+        self.stride = stride
         self.conv1 = conv1x1(in_chans, width)
-        self.bn1 = nn.BatchNorm2d(width)
+        self.bn1 = MaskedBatchNorm2d(width)
         self.conv2 = conv3x3(width, width, stride)
-        self.bn2 = nn.BatchNorm2d(width)
+        self.bn2 = MaskedBatchNorm2d(width)
         self.conv3 = conv1x1(width, out_chans)
-        self.bn3 = nn.BatchNorm2d(out_chans)
+        self.bn3 = MaskedBatchNorm2d(out_chans)
         self.shortcut = make_shortcut(shortcut, in_chans, out_chans, stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        residual = F.relu(self.bn1(self.conv1(x)))  # (B, width, H, W)
-        residual = F.relu(self.bn2(self.conv2(residual)))  # (B, width, H/s, W/s)
-        residual = self.bn3(self.conv3(residual))  # F(x), (B, 4 width, H/s, W/s)
-        return F.relu(residual + self.shortcut(x))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, C, H, W), zero outside mask (B, H, W); returns y and its mask (B, H/s, W/s)."""
+        out_mask = downsample(mask, self.stride)
+        residual = F.relu(self.bn1(self.conv1(x), mask))  # (B, width, H, W)
+        residual = F.relu(self.bn2(self.conv2(residual), out_mask))  # (B, width, H/s, W/s)
+        residual = self.bn3(self.conv3(residual), out_mask)  # F(x), (B, 4 width, H/s, W/s)
+        return F.relu(residual + self.shortcut(x, out_mask)), out_mask
 
 
 BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
+
+
+class Stage(nn.Sequential):
+    """Residual blocks in sequence, the mask passed along with the feature map; the unit fsdp shards."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        for block in self:
+            x, mask = block(x, mask)
+        return x, mask
 
 
 class Stem(nn.Module):
@@ -138,11 +214,19 @@ class Stem(nn.Module):
             self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         else:
             self.conv = conv3x3(in_chans, width)
-            self.pool = nn.Identity()
-        self.bn = nn.BatchNorm2d(width)
+            self.pool = None
+        self.bn = MaskedBatchNorm2d(width)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.pool(F.relu(self.bn(self.conv(images))))  # (B, width, H/4, W/4) or (B, width, H, W)
+    def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        mask = downsample(mask, self.conv.stride[0])
+        x = F.relu(self.bn(self.conv(images), mask))  # (B, width, H/2, W/2) or (B, width, H, W)
+        if self.pool is not None:
+            # x >= 0 after the ReLU, so zero padding gives the max of the pool's own -inf padding
+            # at the valid outputs; but a window on the edge reaches into the padding, so re-zero it.
+            mask = downsample(mask, self.pool.stride)
+            x = masked(self.pool(x), mask)  # (B, width, H/4, W/4)
+        return x, mask
 
 
 class ResNet(nn.Module):
@@ -188,7 +272,7 @@ class ResNet(nn.Module):
             for j in range(n):
                 blocks.append(Block(chans, width, stride if j == 0 else 1, shortcut))
                 chans = width * Block.expansion
-            stages.append(nn.Sequential(*blocks))
+            stages.append(Stage(*blocks))
         self.stages = nn.ModuleList(stages)
         self.num_features = chans
         self.fc = nn.Linear(chans, num_classes)
@@ -208,19 +292,26 @@ class ResNet(nn.Module):
         """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
         return set()
 
-    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.stem(images)  # (B, widths[0], H/4, W/4) for imagenet, (B, widths[0], H, W) for cifar
+    def forward_features(self, images: torch.Tensor, mask: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last feature map (B, num_features, h, w) and its valid pixels (B, h, w), or None."""
+        x, mask = self.stem(images, mask)  # (B, widths[0], H/4, W/4) for imagenet, (B, widths[0], H, W) for cifar
         for stage in self.stages:
-            x = stage(x)  # each stage after the first halves H and W
-        return x  # (B, num_features, h, w)
+            x, mask = stage(x, mask)  # each stage after the first halves H and W
+        return x, mask  # (B, num_features, h, w), (B, h, w)
 
-    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
-        x = reduce(x, "b c h w -> b c", "mean")  # global average pooling, (B, num_features)
+    def forward_head(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is None:
+            x = reduce(x, "b c h w -> b c", "mean")  # global average pooling, (B, num_features)
+        else:
+            m = mask[:, None].to(x.dtype)  # (B, 1, h, w)
+            x = reduce(x * m, "b c h w -> b c", "sum") / reduce(m, "b c h w -> b c", "sum")  # over valid pixels
         return self.fc(x)  # (B, classes)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Classify a batch of images (B, C, H, W) into logits (B, classes)."""
-        return self.forward_head(self.forward_features(images))
+    def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Classify a batch of images (B, C, H, W), zero-padded outside mask (B, H, W) (True on
+        valid pixels, a top-left rectangle per image; None: all valid), into logits (B, classes)."""
+        return self.forward_head(*self.forward_features(images, mask))
 
 
 IMAGENET = dict(stem="imagenet", shortcut="B", widths=(64, 128, 256, 512))  # Table 1, option B

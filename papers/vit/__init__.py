@@ -50,7 +50,7 @@ def from_timm(timm_vit) -> VisionTransformer:
 
     D, C, P, _ = src["patch_embed.proj.weight"].shape
     model = VisionTransformer(
-        img_size=timm_vit.patch_embed.img_size[0], patch_size=P, in_chans=C,
+        img_size=tuple(timm_vit.patch_embed.img_size), patch_size=P, in_chans=C,
         num_classes=src["head.weight"].shape[0], dim=D, depth=depth,
         num_heads=timm_vit.blocks[0].attn.num_heads, mlp_dim=src["blocks.0.mlp.fc1.weight"].shape[0],
     )

@@ -1,0 +1,84 @@
+"""Which samples each rank reads, and in what order.
+
+Both samplers cut every epoch into global batches (the same whatever the number
+of processes), give each rank its share of every global batch, can start an
+epoch part-way (`set_epoch(epoch, start=samples already seen)`), and give every
+rank the same number of batches, so no rank waits for another at an epoch's end.
+"""
+
+import itertools
+
+import torch
+from torch.utils.data import Dataset, DistributedSampler, Sampler
+
+
+class ResumableSampler(DistributedSampler):
+    """A fresh random order each epoch; rank r reads positions r, r + W, r + 2W, ...
+
+    So the k-th micro-batches of all ranks together are one contiguous slice of
+    the epoch's permutation (seeded by seed + epoch).
+    """
+
+    def __init__(self, dataset: Dataset, rank: int, world_size: int, seed: int):
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        super().set_epoch(epoch)
+        if start % self.num_replicas:
+            raise ValueError(f"position {start} does not divide over {self.num_replicas} ranks")
+        self.start = start // self.num_replicas
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.start, None)
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Global batches of samples of similar size, in a random order of batches.
+
+    Each epoch (seeded by seed + epoch): shuffle, sort by size (the shuffle breaks
+    ties at random), cut into global batches of `global_batch` (an incomplete last
+    one is dropped), shuffle the batches. Rank r takes the r-th contiguous share of
+    every global batch and yields it as micro-batches of `micro_batch`.
+
+    Args:
+        sizes: each sample's size: a length, or (height, width).
+        global_batch: samples per optimizer step, over all ranks and micro-steps.
+        micro_batch: samples per rank and micro-step.
+    """
+
+    def __init__(self, sizes: list, global_batch: int, micro_batch: int, rank: int, world_size: int, seed: int):
+        if global_batch % (micro_batch * world_size):
+            raise ValueError(f"global batch {global_batch} is not a whole number of {world_size} x {micro_batch}")
+        self.sizes = [s if isinstance(s, tuple) else (s,) for s in sizes]
+        self.global_batch, self.micro_batch = global_batch, micro_batch
+        self.rank, self.world_size, self.seed = rank, world_size, seed
+        self.epoch, self.start = 0, 0
+        self.num_batches = len(sizes) // global_batch
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        if start % self.global_batch:
+            raise ValueError(f"position {start} is not a whole number of global batches of {self.global_batch}")
+        self.epoch, self.start = epoch, start // self.global_batch
+
+    def global_batches(self) -> list[list[int]]:
+        """This epoch's global batches, each sorted by size; the same on every rank."""
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        shuffled = torch.randperm(len(self.sizes), generator=g).tolist()
+        order = sorted(shuffled, key=lambda i: self.sizes[i])  # stable: equal sizes stay shuffled
+        B = self.global_batch
+        batches = [order[k * B:(k + 1) * B] for k in range(self.num_batches)]
+        return [batches[k] for k in torch.randperm(len(batches), generator=g).tolist()]
+
+    def __iter__(self):
+        share = self.global_batch // self.world_size
+        for batch in self.global_batches()[self.start:]:
+            mine = batch[self.rank * share:(self.rank + 1) * share]
+            for m in range(0, share, self.micro_batch):
+                yield mine[m:m + self.micro_batch]
+
+    def __len__(self) -> int:
+        return (self.num_batches - self.start) * (self.global_batch // self.world_size // self.micro_batch)
