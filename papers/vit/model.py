@@ -230,7 +230,8 @@ class VisionTransformer(nn.Module):
         return self.forward_head(self.forward_features(images, mask))
 
 
-# The paper's Table 1 (at 224x224, 1000 classes) and the repo's own tiny flavor for 8x8 digits.
+# The paper's Table 1 (at 224x224, 1000 classes), and the repo's tiny flavors: "tiny" for 8x8 digits (2x2
+# patches), "tiny/4" with 4x4 patches for larger images such as digits-canvas.
 FLAVORS = {
     "tiny": dict(img_size=8, patch_size=2, in_chans=1, num_classes=10, dim=128, depth=2, num_heads=4, mlp_dim=256),
     "tiny/4": dict(img_size=32, patch_size=4, in_chans=1, num_classes=10, dim=128, depth=2, num_heads=4, mlp_dim=256),
