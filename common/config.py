@@ -21,6 +21,8 @@ from common.parallel import STRATEGIES, resolve_strategy
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 BUCKETING = ("none", "size")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
@@ -39,7 +41,7 @@ class TrainConfig:
     bucketing: str = "none"  # "size": batches of samples of similar size
     epochs: int = 10
     max_steps: int | None = None  # stop after this many optimizer steps (the schedule ends there too)
-    batch_size: int = 64  # global: samples per optimizer step over all processes and micro-steps
+    batch_size: int | str = 64  # global: samples per optimizer step over all processes and micro-steps; or "auto"
     lr: float = 1e-3  # peak learning rate, reached after warmup
     weight_decay: float = 0.05
     warmup_steps: int = 0
@@ -50,6 +52,8 @@ class TrainConfig:
     clip_grad: float = 0.0  # max global gradient norm; 0 turns clipping off
     strategy: str = "auto"
     compile: bool = False
+    compile_mode: str = "default"  # torch.compile's mode
+    compile_backend: str = "inductor"  # torch.compile's backend ("eager" and "aot_eager" check tracing only)
     out: str | None = None  # the run directory; default runs/<paper>-<time>-<id>
     ckpt_every: int | None = None  # optimizer steps between checkpoints; None: at each epoch's end
     keep_ckpts: int = 2  # the newest checkpoints kept
@@ -105,9 +109,10 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def _number(kind: type, minimum: float, inclusive: bool):
+def _number(kind: type, minimum: float, inclusive: bool, also: str = ""):
     word = {(int, False): "a positive integer", (int, True): "an integer >= 0",
             (float, False): "a positive number", (float, True): "a number >= 0"}[kind, inclusive]
+    word = f"{word} {also}".strip()
 
     def parse(text: str):
         try:
@@ -128,6 +133,10 @@ positive_float = _number(float, 0, inclusive=False)
 non_negative_float = _number(float, 0, inclusive=True)
 
 
+def batch_size_arg(text: str) -> int | str:
+    return "auto" if text == "auto" else _number(int, 0, inclusive=False, also="or auto")(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every flag defaults to 'not given', so the paper's defaults can fill what the user left out."""
     p = _Parser(prog="train.py", description="Train a paper's model with the shared trainer.",
@@ -142,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucketing", choices=BUCKETING, help="size: batch samples of similar size together")
     p.add_argument("--epochs", type=positive_int)
     p.add_argument("--max-steps", type=positive_int, help="stop after this many optimizer steps")
-    p.add_argument("--batch-size", type=positive_int, help="global batch, whatever the number of processes")
+    p.add_argument("--batch-size", type=batch_size_arg,
+                   help="global batch, whatever the number of processes; auto: the largest that fits")
     p.add_argument("--lr", type=positive_float, help="peak learning rate")
     p.add_argument("--weight-decay", type=non_negative_float)
     p.add_argument("--warmup-steps", type=non_negative_int)
@@ -156,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode (with --compile)")
+    p.add_argument("--compile-backend", choices=COMPILE_BACKENDS, help="torch.compile backend (with --compile)")
     p.add_argument("--out", help="run directory (must not hold a run yet)")
     p.add_argument("--wandb", choices=WANDB_MODES, help="auto: online with an API key, else offline")
     p.add_argument("--wandb-project")
@@ -165,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "wandb", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile"}
+RESUMABLE = {"strategy", "wandb", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile", "compile_mode",
+             "compile_backend"}
 
 
 def resolve_resume(flags: dict) -> TrainConfig:
@@ -227,10 +240,11 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
-    for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing")):
+    for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing"),
+                          (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
-    for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",
+    for name in ("epochs", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",
                  "image_size", "pad_multiple"):
         value = getattr(cfg, name)
         if value is not None and value <= 0:
@@ -243,8 +257,12 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     if cfg.label_smoothing >= 1:
         raise ConfigError(f"label_smoothing must be below 1, got {cfg.label_smoothing}")
 
+    if isinstance(cfg.batch_size, str) and cfg.batch_size != "auto":
+        raise ConfigError(f"batch_size must be a positive integer or auto, got '{cfg.batch_size}'")
+    if isinstance(cfg.batch_size, int) and cfg.batch_size <= 0:
+        raise ConfigError(f"batch_size must be a positive integer or auto, got {cfg.batch_size}")
     shards = world_size * cfg.grad_accum
-    if cfg.batch_size % shards:
+    if cfg.batch_size != "auto" and cfg.batch_size % shards:
         below, above = cfg.batch_size // shards * shards, (cfg.batch_size // shards + 1) * shards
         nearest = f"{below} or {above}" if below else f"{above}"
         raise ConfigError(

@@ -36,7 +36,8 @@ def resolve_mode(mode: str) -> str:
 
 
 class Tracker:
-    """Logs to wandb, or does nothing when disabled, on another rank, or after a wandb failure.
+    """Logs to wandb, and every logged row also to `run_dir/metrics.jsonl` (so curves can be
+    drawn offline). Wandb is skipped when disabled or after a failure; other ranks use NullTracker.
 
     Args:
         mode: online, offline or disabled (resolve "auto" first).
@@ -50,6 +51,7 @@ class Tracker:
     def __init__(self, mode: str, project: str, run_dir: Path, name: str, config: dict, resume_id: str | None = None):
         self.run = None
         self.mode = mode
+        self.metrics_file = Path(run_dir) / "metrics.jsonl"
         if mode == "disabled":
             return
         try:
@@ -76,6 +78,9 @@ class Tracker:
         return self.run.settings.sync_dir if self.run is not None else None
 
     def log(self, values: dict, step: int) -> None:
+        if self.metrics_file is not None:
+            with self.metrics_file.open("a") as f:  # one JSON object per line; a resumed run appends
+                f.write(json.dumps({"step": step} | values) + "\n")
         if self.run is None:
             return
         try:
@@ -120,6 +125,7 @@ class NullTracker(Tracker):
     def __init__(self):
         self.run = None
         self.mode = "disabled"
+        self.metrics_file = None
 
 
 

@@ -7,6 +7,7 @@ model.safetensors, checkpoints/. A resumed run (`--resume`, or a torchrun
 restart after a crash) continues from its latest complete checkpoint.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -22,11 +23,13 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from common import checkpoint, parallel
+from common.batchsize import find_micro_batch
 from common.config import ConfigError, TrainConfig, save as save_config
 from common.data import eval_loader, get_dataset, train_loader
-from common.data.collate import padding_counts
+from common.data.collate import element_counts
 from common.optim import build_optimizer, warmup_cosine
 from common.tasks import get_task
+from common.throughput import Meter, peak_flops, training_flops
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
                              resolve_mode, write_json)
 from papers import get_paper
@@ -69,6 +72,18 @@ def call(model, inputs):
 def autocast(precision: str, device: torch.device):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def unmasked(inputs):
+    """The padded tensor alone: what a device computes on, masks and lengths aside (for FLOP counts)."""
+    return inputs if not isinstance(inputs, dict) else inputs.get("images", inputs.get("x"))
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has compiled so far in this process (a recompile adds one)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 @torch.no_grad()
@@ -120,8 +135,27 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
     n_params = sum(p.numel() for p in model.parameters())
 
     train_set, test_set = data.load(data_dir=cfg.data_dir, image_size=cfg.image_size)
-    micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
     collate = data.collate(math.lcm(cfg.pad_multiple, getattr(model, "input_multiple", 1)))
+    batch_of = lambda n: (collate or torch.utils.data.default_collate)([train_set[i % len(train_set)] for i in range(n)])
+
+    def forward_loss(m, inputs, targets):
+        with autocast(cfg.precision, env.device):
+            return task.loss(call(m, inputs), targets)
+
+    if cfg.batch_size == "auto":
+        share = len(train_set) // (env.world_size * cfg.grad_accum)
+        micro, how = find_micro_batch(lambda: spec.build_for_data(cfg.flavor, facts),
+                                      lambda n: to_device(batch_of(n), env.device), forward_loss, env.device, share)
+        micro = min(parallel.all_gather_object(micro))  # every rank trains the same global batch
+        cfg = dataclasses.replace(cfg, batch_size=micro * env.world_size * cfg.grad_accum)
+        if env.is_main:
+            print(f"batch size auto: {micro} per device and micro-step, {cfg.batch_size} in all ({how})", flush=True)
+    micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
+    probe = batch_of(micro_batch)
+    flops = training_flops(lambda: spec.build_for_data(cfg.flavor, facts), unmasked(probe[0]), probe[1],
+                           lambda m, x, y: task.loss(m(x), y))
+    flops_per_element, flops_per_sample = flops / element_counts(probe[0])[1], flops / micro_batch
+    peak, peak_source = peak_flops(env.device, cfg.precision)
     loader = train_loader(train_set, cfg.batch_size, micro_batch, env.rank, env.world_size, cfg.seed, cfg.num_workers,
                           collate, cfg.bucketing)
     steps_per_epoch = len(loader) // cfg.grad_accum
@@ -146,7 +180,8 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
     scaler = torch.amp.GradScaler(env.device.type, enabled=cfg.precision == "fp16")
 
     state = {"paper": cfg.paper, "flavor": cfg.flavor, "step": 0, "epoch": 0, "samples_in_epoch": 0,
-             "best": None, "history": [], "padding": [0, 0], "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None}
+             "best": None, "history": [], "padding": [0, 0], "elements": 0, "data_wait_seconds": 0.0,
+             "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None}
     if resume_from is not None:  # raises CheckpointError before anything is written
         state = checkpoint.load(resume_from, model, optimizer, env, cfg.paper, cfg.flavor)
         scheduler.load_state_dict(state["scheduler"])
@@ -162,10 +197,12 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         print(f"{where}; config ({strategy}, {env.world_size} process(es), {env.device}):", flush=True)
         for key, value in cfg.to_dict().items():
             print(f"  {key:16s} {value}", flush=True)
+        print(f"speed: {flops_per_sample / 1e9:.4g} GFLOP per sample per training step (counted on one batch); "
+              f"peak {peak_source}", flush=True)
     mode = resolve_mode(cfg.wandb)
     tracker = (Tracker(mode, cfg.wandb_project, run_dir, run_dir.name, cfg.to_dict(), resume_id=wandb_id)
                if env.is_main else NullTracker())
-    tracker.summary({"params": n_params})
+    tracker.summary({"params": n_params, "flops_per_sample": flops_per_sample, "peak_flops": peak})
     state["wandb_run_id"] = parallel.broadcast_object(tracker.run_id)
 
     last_saved = state["step"]
@@ -180,11 +217,12 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         checkpoint.save(run_dir, state["step"], model, optimizer, state | extra, env, cfg.keep_ckpts)
         last_saved = state["step"]
 
-    memory = None
+    memory, graphs_after_first_step = None, None
     eval_model = parallel.eval_module(model)
     progress = tqdm(total=total_steps, initial=state["step"], disable=not env.is_main,
                     desc=f"{cfg.paper} {cfg.flavor}", unit="step")
-    window_start, window_steps = time.perf_counter(), 0
+    meter = Meter(cfg.batch_size, flops_per_element, peak)
+    elements_name = "pixels_per_s" if data.inputs == "image" else "tokens_per_s"
     for epoch in range(state["epoch"], epochs):
         loader.epoch_sampler.set_epoch(epoch, start=state["samples_in_epoch"])
         batches = iter(loader)
@@ -194,8 +232,11 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         for _ in range(min(steps_per_epoch - done_in_epoch, total_steps - state["step"])):
             loss = torch.zeros((), device=env.device)
             for micro in range(cfg.grad_accum):
+                waiting = time.perf_counter()
                 batch = next(batches)
-                padding = [a + b for a, b in zip(padding, padding_counts(batch[0]))]
+                valid, total = element_counts(batch[0])
+                meter.add(total, time.perf_counter() - waiting)
+                padding = [padding[0] + total - valid, padding[1] + total]
                 x, y = to_device(batch, env.device)
                 with parallel.gradient_sync(model, enabled=micro == cfg.grad_accum - 1):
                     with autocast(cfg.precision, env.device):
@@ -209,24 +250,31 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
             scaler.update()
             if memory is None:  # gradients and optimizer state both exist now
                 memory = parallel.memory_per_rank(model, optimizer)
+                graphs_after_first_step = compiled_graphs()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             state["step"] += 1
             state["samples_in_epoch"] += cfg.batch_size
-            window_steps += 1
+            meter.step()
             progress.update(1)
             step = state["step"]
             if step % cfg.log_every == 0 or step == total_steps:
-                loss = parallel.all_reduce_sum(loss) / env.world_size
-                now = time.perf_counter()
-                rate = window_steps * cfg.batch_size / (now - window_start)
-                window_start, window_steps = now, 0
-                lr = scheduler.get_last_lr()[0]
-                tracker.log({"train/loss": loss.item(), "train/lr": lr, "train/samples_per_s": rate}, step=step)
-                progress.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}", samples_s=f"{rate:.0f}")
+                loss = (parallel.all_reduce_sum(loss) / env.world_size).item()
+                speed, lr = meter.read(), scheduler.get_last_lr()[0]
+                row = {"train/loss": loss, "train/lr": lr, "train/samples_per_s": speed["samples_per_s"],
+                       f"train/{elements_name}": speed["elements_per_s"], "train/data_wait": speed["data_wait"],
+                       "train/mfu": speed["mfu"]}
+                if cfg.compile:
+                    row["compile/recompiles"] = compiled_graphs() - graphs_after_first_step
+                tracker.log(row, step=step)
+                progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", samples_s=f"{speed['samples_per_s']:.0f}",
+                                     mfu=f"{speed['mfu']:.1%}")
             if step % ckpt_every == 0 and state["samples_in_epoch"] < steps_per_epoch * cfg.batch_size:
                 save_checkpoint()  # mid-epoch; the epoch's end saves after its evaluation
         state["train_seconds"] += time.perf_counter() - epoch_start
+        state["elements"] += padding[1]
+        state["data_wait_seconds"] += meter.waiting_total
+        meter.waiting_total = 0.0
 
         metrics = evaluate(eval_model, test_loader, task, env, cfg.precision)
         value = metrics[task.metric]
@@ -240,7 +288,7 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
         tracker.log({f"eval/{k}": v for k, v in metrics.items() if k != "padding_waste"}
                     | {"epoch": epoch + 1, "train/padding_waste": metrics["padding_waste"]}, step=state["step"])
-        window_start, window_steps = time.perf_counter(), 0  # evaluation time is not training throughput
+        meter.restart()  # evaluation time is not training time
         if env.is_main:
             progress.write(f"epoch {epoch + 1}/{epochs}: test {task.metric} {value:.4g}, loss {metrics['loss']:.4g}")
         if state["step"] % ckpt_every == 0 or epoch + 1 == epochs or cfg.ckpt_every is None:
@@ -268,6 +316,13 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         "precision": cfg.precision,
         "compile": cfg.compile,
         "samples_per_s": state["step"] * cfg.batch_size / state["train_seconds"],
+        elements_name: state["elements"] / state["train_seconds"],
+        "mfu": flops_per_element * state["elements"] / state["train_seconds"] / peak,
+        "flops_per_sample": flops_per_sample,
+        "peak_flops": peak,
+        "peak_source": peak_source,
+        "data_wait": state["data_wait_seconds"] / state["train_seconds"],
+        "recompiles": compiled_graphs() - graphs_after_first_step if cfg.compile and graphs_after_first_step else 0,
         "padding_waste": state["padding"][0] / state["padding"][1] if state["padding"][1] else 0.0,
         "bucketing": cfg.bucketing,
         "memory_per_rank": memory,

@@ -44,9 +44,11 @@ def pad_sequences(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple
     return {"x": x, "lengths": lengths, "mask": mask}, torch.stack(targets)
 
 
-def padding_counts(inputs) -> tuple[int, int]:
-    """(padded elements, all elements) of a batch's inputs, per pixel or step."""
-    if isinstance(inputs, dict) and "mask" in inputs:
+def element_counts(inputs) -> tuple[int, int]:
+    """(valid, all) input elements of a batch: pixels of images, steps of sequences; the
+    difference is padding. Read on the host, before the batch moves to the device."""
+    if isinstance(inputs, dict):
         mask = inputs["mask"]
-        return mask.numel() - int(mask.sum()), mask.numel()
-    return 0, 0
+        return int(mask.sum()), mask.numel()
+    n = inputs.shape[0] * (inputs.shape[-1] * inputs.shape[-2] if inputs.ndim == 4 else inputs.shape[1])
+    return n, n  # (B, C, H, W) images or (B, T, F) sequences, no padding

@@ -1,0 +1,352 @@
+"""Speed comparisons, each a ratio of two things measured side by side in one process.
+
+    python -m common.bench [--rows a,b,c,d,e,f,g] [--papers vit,resnet,lstm] [--repeats 5] [--quick]
+
+Each row times A and B alternately (A, B, A, B, ...) after a warm-up, and reports
+the median of the per-repeat ratios, so that a noisy machine slows both alike.
+Rows:
+    a  the trainer against a bare PyTorch loop (same model, data, batch, optimizer): steps/s
+    b  our models against timm and torchvision at the same configuration: forward+backward time
+    c  our LSTM against torch.nn.LSTM, eager and compiled: forward+backward time
+    d  compiled against eager training, each paper's tiny flavor and a larger one: samples/s
+    e  bf16 autocast against fp32 training on this device: samples/s
+    f  ddp on 2 processes against 1 process at the same global batch, and fsdp against ddp
+    g  inference latency at batch 1 and 32: compiled against eager (onnxruntime comes with ONNX export)
+Prints a markdown table.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from common.config import resolve
+from common.data import get_dataset
+from common.tasks import get_task
+from common.trainer import call, train
+from common.tracking import device_name
+from papers import get_paper, list_papers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- timing
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds(fn, n: int, device: torch.device) -> float:
+    """Seconds per call of fn, over n calls."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / n
+
+
+def alternate(a, b, repeats: int) -> tuple[float, float, float]:
+    """(median of a, median of b, median of the ratios a/b); a and b return one measurement each."""
+    a(), b()  # warm up both
+    pairs = [(a(), b()) for _ in range(repeats)]
+    return (statistics.median(x for x, _ in pairs), statistics.median(y for _, y in pairs),
+            statistics.median(x / y for x, y in pairs))
+
+
+def row(name: str, what: str, a: str, b: str, ratio: float, target: str = "", met: bool | None = None) -> dict:
+    return {"row": name, "comparison": what, "A": a, "B": b, "ratio A/B": f"{ratio:.3f}", "target": target,
+            "met": "" if met is None else ("yes" if met else "no")}
+
+
+# ---------------------------------------------------------------- a training step of any model
+
+
+def train_step_fn(model: nn.Module, inputs, targets, task, precision: str = "fp32"):
+    """One training step (forward, loss, backward, AdamW step) as a closure."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    dtype = torch.bfloat16 if precision == "bf16" else None
+    device = targets.device
+
+    def step():
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = task.loss(call(model, inputs), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def default_batch(name: str, batch: int, device: torch.device):
+    """(model of the tiny flavor, inputs, targets, task) on the paper's default data set."""
+    spec = get_paper(name)
+    data = get_dataset(spec.defaults["dataset"])
+    train_set, _ = data.load()
+    samples = [train_set[i] for i in range(batch)]
+    collate = data.collate() or torch.utils.data.default_collate
+    inputs, targets = collate(samples)
+    to = (lambda t: {k: v.to(device) for k, v in t.items()}) if isinstance(inputs, dict) else (lambda t: t.to(device))
+    torch.manual_seed(0)
+    return spec.build_for_data("tiny", data.facts()).to(device), to(inputs), targets.to(device), get_task(data.task)
+
+
+def larger_batch(name: str, batch: int, device: torch.device):
+    """A larger configuration per paper: ViT at 32x32 with 64 patches, ResNet-20, an LSTM of 256 cells
+    over 32 steps; random data."""
+    spec = get_paper(name)
+    torch.manual_seed(0)
+    if name == "vit":
+        model, inputs = spec.build("tiny/4", img_size=32, in_chans=3), torch.randn(batch, 3, 32, 32)
+    elif name == "resnet":
+        model, inputs = spec.build("ResNet-20"), torch.randn(batch, 3, 32, 32)
+    else:
+        model, inputs = spec.build("tiny", input_size=8, hidden_size=256), torch.randn(batch, 32, 8)
+    targets = torch.randint(0, 10, (batch,))
+    return model.to(device), inputs.to(device), targets.to(device), get_task("classification")
+
+
+# ---------------------------------------------------------------- rows
+
+
+def row_a(args, device) -> list[dict]:
+    """The trainer's samples/s against a bare loop's on the same model, data, batch and optimizer."""
+    out = []
+    for name in args.papers:
+        cfg = resolve({"paper": name, "wandb": "disabled", "max_steps": args.steps, "log_every": 10})
+        spec, data = get_paper(name), get_dataset(cfg.dataset)
+        task = get_task(data.task, cfg.label_smoothing)
+
+        def trainer() -> float:
+            with tempfile.TemporaryDirectory() as tmp:
+                result = _quiet(train, resolve({"paper": name, "wandb": "disabled", "max_steps": args.steps,
+                                                "log_every": 10, "out": f"{tmp}/run"}), [])
+            return result["samples_per_s"]
+
+        def bare() -> float:
+            torch.manual_seed(cfg.seed)
+            model = spec.build_for_data(cfg.flavor, data.facts()).to(device)
+            train_set, _ = data.load()
+            loader = torch.utils.data.DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
+                                                 collate_fn=data.collate())
+            optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
+            steps, busy = 0, 0.0
+            while steps < args.steps:
+                start = time.perf_counter()
+                for inputs, targets in loader:
+                    inputs = {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
+                    loss = task.loss(call(model, inputs), targets.to(device))
+                    loss.backward()
+                    if cfg.clip_grad > 0:
+                        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    steps += 1
+                    if steps == args.steps:
+                        break
+                sync(device)
+                busy += time.perf_counter() - start
+            return steps * cfg.batch_size / busy
+
+        t, b, ratio = alternate(trainer, bare, args.repeats)
+        out.append(row("a", f"{name}: trainer vs bare loop, samples/s ({args.steps} steps, batch {cfg.batch_size})",
+                       f"{t:,.0f}", f"{b:,.0f}", ratio, ">= 0.97", ratio >= 0.97))
+    return out
+
+
+def row_b(args, device) -> list[dict]:
+    """Forward+backward time of our models against timm's and torchvision's, same configuration and weights."""
+    import timm
+    import torchvision
+
+    from papers.resnet import from_torchvision
+    from papers.vit import from_timm
+
+    configs = []
+    if "vit" in args.papers:
+        for label, kw, shape in [("tiny, 8x8, patch 2", dict(img_size=8, patch_size=2, in_chans=1, num_classes=10,
+                                                             embed_dim=128, depth=2, num_heads=4, mlp_ratio=2.0),
+                                  (64, 1, 8, 8)),
+                                 ("ViT-B/16, 224x224", dict(), (2, 3, 224, 224))][: 1 if args.quick else 2]:
+            ref = timm.models.VisionTransformer(**kw) if kw else timm.create_model("vit_base_patch16_224")
+            configs.append((f"vit {label} vs timm", from_timm(ref), ref, shape))
+    if "resnet" in args.papers:
+        for arch, shape in [("resnet18", (16, 3, 64, 64)), ("resnet50", (8, 3, 64, 64))][: 1 if args.quick else 2]:
+            ref = getattr(torchvision.models, arch)()
+            configs.append((f"resnet {arch}, 64x64 vs torchvision", from_torchvision(ref), ref, shape))
+    out = []
+    for what, ours, ref, shape in configs:
+        ours, ref = ours.to(device).train(), ref.to(device).train()
+        x = torch.randn(*shape, device=device)
+        o, r, ratio = alternate(lambda: seconds(lambda: ours(x).sum().backward(), args.iters, device),
+                                lambda: seconds(lambda: ref(x).sum().backward(), args.iters, device), args.repeats)
+        out.append(row("b", f"{what}: forward+backward, batch {shape[0]}", f"{o * 1e3:.2f} ms", f"{r * 1e3:.2f} ms",
+                       ratio, "<= 1.05", ratio <= 1.05))
+    return out
+
+
+def row_c(args, device) -> list[dict]:
+    """Our LSTM (gate equations in Python) against torch.nn.LSTM's fused kernel."""
+    if "lstm" not in args.papers:
+        return []
+    from papers.lstm import from_torch
+
+    ref = nn.LSTM(8, 128, batch_first=True).to(device)
+    ours = from_torch(ref).to(device)
+    x = torch.randn(64, 8, 8, device=device)
+    out = []
+    for label, model in [("eager", ours), ("compiled", torch.compile(ours, backend=args.backend))]:
+        o, r, ratio = alternate(lambda: seconds(lambda: model(x)[0].sum().backward(), args.iters, device),
+                                lambda: seconds(lambda: ref(x)[0].sum().backward(), args.iters, device), args.repeats)
+        out.append(row("c", f"lstm ours {label} vs nn.LSTM (eager): forward+backward, batch 64, 8 steps, 128 cells",
+                       f"{o * 1e3:.2f} ms", f"{r * 1e3:.2f} ms", ratio))
+    return out
+
+
+def _throughput_row(name, label, build, args, device, a_kwargs, b_kwargs, what):
+    model_a, inputs, targets, task = build(name, 64, device)
+    model_b = _copy(model_a)
+    if a_kwargs.get("compile"):
+        model_a.compile(backend=args.backend)
+    step_a = train_step_fn(model_a, inputs, targets, task, a_kwargs.get("precision", "fp32"))
+    step_b = train_step_fn(model_b, inputs, targets, task, b_kwargs.get("precision", "fp32"))
+    start = time.perf_counter()
+    step_a()  # compiles, if it does
+    first = time.perf_counter() - start
+    a, b, ratio = alternate(lambda: 64 / seconds(step_a, args.iters, device),
+                            lambda: 64 / seconds(step_b, args.iters, device), args.repeats)
+    note = f" (first step {first:.1f} s)" if a_kwargs.get("compile") else ""
+    return row(what[0], f"{name} {label}: {what[1]}, samples/s{note}", f"{a:,.0f}", f"{b:,.0f}", ratio)
+
+
+def _copy(model: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def row_d(args, device) -> list[dict]:
+    out = []
+    for name in args.papers:
+        for label, build in [("tiny", default_batch), ("larger", larger_batch)][: 1 if args.quick else 2]:
+            out.append(_throughput_row(name, label, build, args, device, {"compile": True}, {},
+                                       ("d", f"compiled ({args.backend}) vs eager training")))
+    return out
+
+
+def row_e(args, device) -> list[dict]:
+    out = []
+    for name in args.papers:
+        for label, build in [("tiny", default_batch), ("larger", larger_batch)][: 1 if args.quick else 2]:
+            out.append(_throughput_row(name, label, build, args, device, {"precision": "bf16"}, {},
+                                       ("e", f"bf16 autocast vs fp32 training on {device.type}")))
+    return out
+
+
+def _run_train(flags: list[str], nproc: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        launcher = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)] if nproc > 1
+                    else [sys.executable])
+        subprocess.run(launcher + [str(ROOT / "train.py"), *flags, "--wandb", "disabled", "--out", f"{tmp}/run"],
+                       check=True, capture_output=True, cwd=tmp)
+        return json.loads(Path(f"{tmp}/run/result.json").read_text())
+
+
+def row_f(args, device) -> list[dict]:
+    out = []
+    for name in args.papers:
+        flags = ["--paper", name, "--max-steps", str(args.steps)]
+        runs = {"single": [], "ddp": [], "fsdp": []}
+        _run_train(flags, 1)  # warm the file cache
+        for _ in range(args.repeats if not args.quick else 1):
+            runs["single"].append(_run_train(flags, 1))
+            runs["ddp"].append(_run_train(flags + ["--strategy", "ddp"], 2))
+            runs["fsdp"].append(_run_train(flags + ["--strategy", "fsdp"], 2))
+        rate = {k: statistics.median(r["samples_per_s"] for r in v) for k, v in runs.items()}
+        mem = {k: max(m["total"] for m in v[0]["memory_per_rank"]) for k, v in runs.items()}
+        pairs = list(zip(runs["ddp"], runs["single"]))
+        out.append(row("f", f"{name}: ddp 2 processes vs 1 process, samples/s at global batch "
+                            f"{runs['single'][0]['batch_size']}", f"{rate['ddp']:,.0f}", f"{rate['single']:,.0f}",
+                       statistics.median(d["samples_per_s"] / s["samples_per_s"] for d, s in pairs)))
+        pairs = list(zip(runs["fsdp"], runs["ddp"]))
+        out.append(row("f", f"{name}: fsdp vs ddp (2 processes), samples/s", f"{rate['fsdp']:,.0f}",
+                       f"{rate['ddp']:,.0f}", statistics.median(f["samples_per_s"] / d["samples_per_s"] for f, d in pairs)))
+        out.append(row("f", f"{name}: fsdp vs ddp, bytes per rank (params, grads, AdamW state)",
+                       f"{mem['fsdp']:,}", f"{mem['ddp']:,}", mem["fsdp"] / mem["ddp"]))
+    return out
+
+
+def row_g(args, device) -> list[dict]:
+    out = []
+    for name in args.papers:
+        for batch in (1, 32):
+            model, inputs, _, _ = default_batch(name, batch, device)
+            model.eval()
+            compiled = _copy(model)
+            compiled.compile(backend=args.backend)
+            with torch.no_grad():
+                call(compiled, inputs)  # compiles
+                c, e, ratio = alternate(lambda: seconds(lambda: call(compiled, inputs), args.iters, device),
+                                        lambda: seconds(lambda: call(model, inputs), args.iters, device),
+                                        args.repeats)
+            out.append(row("g", f"{name} tiny: inference latency, batch {batch}: compiled vs eager",
+                           f"{c * 1e3:.3f} ms", f"{e * 1e3:.3f} ms", ratio))
+    out.append({"row": "g", "comparison": "onnxruntime: comes with the ONNX export issue", "A": "", "B": "",
+                "ratio A/B": "", "target": "", "met": ""})
+    return out
+
+
+ROWS = {"a": row_a, "b": row_b, "c": row_c, "d": row_d, "e": row_e, "f": row_f, "g": row_g}
+
+
+def _quiet(fn, *a):
+    import contextlib
+    import io
+    import os
+
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(io.StringIO()):
+        return fn(*a)
+
+
+def markdown(rows: list[dict]) -> str:
+    keys = ["row", "comparison", "A", "B", "ratio A/B", "target", "met"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(prog="python -m common.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--rows", default=",".join(ROWS), help="which rows, e.g. a,b")
+    p.add_argument("--papers", default=",".join(list_papers()), help="which papers")
+    p.add_argument("--repeats", type=int, default=5, help="alternated repeats per measurement (median reported)")
+    p.add_argument("--steps", type=int, default=60, help="training steps per run in rows a and f")
+    p.add_argument("--iters", type=int, default=10, help="calls per timed measurement in rows b to e and g")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend for rows c, d and g")
+    p.add_argument("--quick", action="store_true", help="a short version: few steps and repeats, eager compile")
+    args = p.parse_args(argv)
+    args.rows, args.papers = args.rows.split(","), args.papers.split(",")
+    if args.quick:
+        args.repeats, args.steps, args.iters, args.backend = 1, 4, 2, "eager"
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    rows = []
+    for r in args.rows:
+        rows += ROWS[r](args, device)
+    table = markdown(rows)
+    print(f"{device_name(device)}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"`python -m common.bench {' '.join(argv if argv is not None else sys.argv[1:])}`\n")
+    print(table)
+    return table
+
+
+if __name__ == "__main__":
+    main()

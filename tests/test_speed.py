@@ -1,0 +1,80 @@
+"""Speed accounting: FLOP counts, peaks, MFU and throughput in the results, compile, --batch-size auto,
+and the bench's quick form."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+from common import bench
+from common.throughput import peak_flops, training_flops
+from tests.conftest import load_json
+from train import main
+
+
+def test_training_flops_count_forward_and_both_gradients():
+    """Per weight and sample: forward 2 FLOPs, the weight gradient 2, the input gradient 2
+    (not for the first layer, whose input needs no gradient)."""
+    x, y = torch.randn(32, 20), torch.randint(0, 5, (32,))
+    flops = training_flops(lambda: nn.Sequential(nn.Linear(20, 16, bias=False), nn.Linear(16, 5, bias=False)), x, y,
+                           lambda m, x, y: nn.functional.cross_entropy(m(x), y))
+    assert flops == 32 * (4 * 20 * 16 + 6 * 16 * 5)
+
+
+def test_peak_comes_from_the_table_for_known_gpus_and_is_measured_elsewhere(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    peak, source = peak_flops(torch.device("cuda"), "bf16")
+    assert peak == 989e12 and source.startswith("table: NVIDIA H100")
+    peak, source = peak_flops(torch.device("cpu"), "fp32")
+    assert peak > 1e8 and source.startswith("measured: fp32 1024x1024 matmul on cpu")
+
+
+def test_results_and_metrics_carry_throughput_and_mfu(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["--paper", "vit", "--max-steps", "20", "--log-every", "5", "--wandb", "disabled",
+                 "--out", str(run)]) == 0
+    out = capsys.readouterr()
+    assert "GFLOP per sample" in out.out and "peak measured" in out.out and "mfu=" in out.err  # progress bar
+    result = load_json(run / "result.json")
+    assert 0 < result["mfu"] < 1 and result["pixels_per_s"] == pytest.approx(64 * result["samples_per_s"])
+    assert result["flops_per_sample"] > 0 and 0 <= result["data_wait"] < 1
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    speed = [r for r in rows if "train/mfu" in r]
+    assert [r["step"] for r in speed] == [5, 10, 15, 20]
+    assert all(r["train/samples_per_s"] > 0 and r["train/pixels_per_s"] > 0 and 0 <= r["train/data_wait"] < 1
+               for r in speed)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_training_follows_the_eager_loss_curve(tmp_path, backend):
+    flags = ["--paper", "resnet", "--max-steps", "8", "--log-every", "1", "--wandb", "disabled"]
+    assert main(flags + ["--out", str(tmp_path / "eager")]) == 0
+    assert main(flags + ["--compile", "--compile-backend", backend, "--out", str(tmp_path / "compiled")]) == 0
+    curves = []
+    for name in ("eager", "compiled"):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        curves.append([r["train/loss"] for r in rows if "train/loss" in r])
+    assert len(curves[0]) == 8
+    assert curves[1] == pytest.approx(curves[0], rel=1e-4)  # float rounding may differ after a few steps
+    result = load_json(tmp_path / "compiled" / "result.json")
+    assert result["compile"] is True and result["recompiles"] >= 0  # evaluation (eval mode) may add graphs
+
+
+def test_batch_size_auto_picks_a_power_of_two_and_records_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["--paper", "vit", "--batch-size", "auto", "--max-steps", "2", "--wandb", "disabled",
+                 "--out", str(run)]) == 0
+    result, config = load_json(run / "result.json"), load_json(run / "config.json")
+    batch = result["batch_size"]
+    assert batch == config["batch_size"] and batch & (batch - 1) == 0 and 8 <= batch <= 1437
+    assert f"batch size auto: {batch} per device" in capsys.readouterr().out
+
+
+def test_the_bench_quick_form_prints_every_row(capsys):
+    table = bench.main(["--quick", "--papers", "vit"])
+    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    assert set(rows) == set("abcdefg") - {"c"}  # row c compares the LSTM
+    for line in table.splitlines()[2:]:
+        ratio = line.split("|")[5].strip()
+        assert ratio == "" or float(ratio) > 0
