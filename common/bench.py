@@ -56,9 +56,18 @@ def seconds(fn, n: int, device: torch.device) -> float:
 
 
 def alternate(a, b, repeats: int) -> tuple[float, float, float]:
-    """(median of a, median of b, median of the ratios a/b); a and b return one measurement each."""
-    a(), b()  # warm up both
-    pairs = [(a(), b()) for _ in range(repeats)]
+    """(median of a, median of b, median of the ratios a/b); a and b return one measurement each.
+
+    After a warm-up of both, repeats run in the order a b, b a, a b, ... so that neither
+    always runs first."""
+    a(), b()
+    pairs = []
+    for i in range(repeats):
+        if i % 2:
+            y, x = b(), a()
+        else:
+            x, y = a(), b()
+        pairs.append((x, y))
     return (statistics.median(x for x, _ in pairs), statistics.median(y for _, y in pairs),
             statistics.median(x / y for x, y in pairs))
 

@@ -19,7 +19,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999)) -> torch.optim.AdamW:
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, foreach=True)
+    """AdamW with its fused kernel (one kernel per parameter group and step, on CPU and CUDA)."""
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, fused=True)
 
 
 def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
