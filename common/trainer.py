@@ -227,7 +227,7 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         loader.epoch_sampler.set_epoch(epoch, start=state["samples_in_epoch"])
         batches = iter(loader)
         padding = [0, 0]  # padded and all input elements this epoch, on this rank
-        epoch_start = time.perf_counter()
+        epoch_start, epoch_first_step = time.perf_counter(), state["step"]
         done_in_epoch = state["samples_in_epoch"] // cfg.batch_size
         for _ in range(min(steps_per_epoch - done_in_epoch, total_steps - state["step"])):
             loss = torch.zeros((), device=env.device)
@@ -271,7 +271,9 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
                                      mfu=f"{speed['mfu']:.1%}")
             if step % ckpt_every == 0 and state["samples_in_epoch"] < steps_per_epoch * cfg.batch_size:
                 save_checkpoint()  # mid-epoch; the epoch's end saves after its evaluation
-        state["train_seconds"] += time.perf_counter() - epoch_start
+        epoch_seconds = time.perf_counter() - epoch_start
+        state["train_seconds"] += epoch_seconds
+        epoch_rate = (state["step"] - epoch_first_step) * cfg.batch_size / epoch_seconds
         state["elements"] += padding[1]
         state["data_wait_seconds"] += meter.waiting_total
         meter.waiting_total = 0.0
@@ -287,7 +289,8 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         metrics["padding_waste"] = padding[0] / padding[1] if padding[1] else 0.0
         state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
         tracker.log({f"eval/{k}": v for k, v in metrics.items() if k != "padding_waste"}
-                    | {"epoch": epoch + 1, "train/padding_waste": metrics["padding_waste"]}, step=state["step"])
+                    | {"epoch": epoch + 1, "train/padding_waste": metrics["padding_waste"],
+                       "train/epoch_samples_per_s": epoch_rate}, step=state["step"])
         meter.restart()  # evaluation time is not training time
         if env.is_main:
             progress.write(f"epoch {epoch + 1}/{epochs}: test {task.metric} {value:.4g}, loss {metrics['loss']:.4g}")
