@@ -86,11 +86,12 @@ def resolve_strategy(strategy: str, world_size: int, cuda_devices: int | None = 
     return strategy
 
 
-def parallelize(model: nn.Module, strategy: str, env: Env, compile: bool = False, shard_blocks: str = "blocks",
+def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str = "blocks",
                 precision: str = "fp32") -> nn.Module:
     """Move, compile, wrap: the one order every strategy follows.
 
     Args:
+        compile: torch.compile's arguments (mode, backend), or None for eager.
         shard_blocks: the (dotted) attribute holding the model's repeated blocks (a ModuleList);
             fsdp shards each of them as a unit, then the root.
         precision: with fsdp and bf16, parameters are gathered in bf16 and gradients
@@ -100,12 +101,12 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: bool = False
     if strategy == "fsdp":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
         for block in model.get_submodule(shard_blocks):
-            if compile:
-                block.compile()
+            if compile is not None:
+                block.compile(**compile)
             fully_shard(block, mp_policy=mp)
         return fully_shard(model, mp_policy=mp)
-    if compile:
-        model.compile()
+    if compile is not None:
+        model.compile(**compile)
     if strategy == "dp":
         return DataParallel(model)
     if strategy == "ddp":

@@ -173,7 +173,8 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         return json.loads((run_dir / "result.json").read_text())
     resume_from = parallel.broadcast_object(checkpoint.latest(run_dir) if resuming else None)
 
-    model = parallel.parallelize(model, strategy, env, compile=cfg.compile, shard_blocks=spec.shard_blocks,
+    compile_args = dict(mode=cfg.compile_mode, backend=cfg.compile_backend) if cfg.compile else None
+    model = parallel.parallelize(model, strategy, env, compile=compile_args, shard_blocks=spec.shard_blocks,
                                  precision=cfg.precision)
     optimizer = build_optimizer(parallel.unwrap(model), cfg.lr, cfg.weight_decay)
     scheduler = warmup_cosine(optimizer, cfg.warmup_steps, total_steps)
