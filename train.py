@@ -20,7 +20,8 @@ def print_papers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.config import ConfigError, build_parser, resolve, resolve_resume, validate, world_size_from_env
+    from common.config import (ConfigError, build_parser, resolve, resolve_rerun, resolve_resume, validate,
+                               world_size_from_env)
 
     argv = sys.argv[1:] if argv is None else argv
     is_main = os.environ.get("RANK", "0") == "0"
@@ -30,7 +31,12 @@ def main(argv: list[str] | None = None) -> int:
             print_papers()
             return 0
         resuming = "resume" in flags
-        cfg = resolve_resume(flags) if resuming else resolve(flags)
+        if "rerun" in flags:
+            cfg, warning = resolve_rerun(flags)
+            if warning and is_main:
+                print(f"train.py: warning: {warning}", file=sys.stderr)
+        else:
+            cfg = resolve_resume(flags) if resuming else resolve(flags)
         restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
         validate(cfg, world_size=world_size_from_env(), resuming=resuming or restarted)
 

@@ -57,6 +57,7 @@ class TrainConfig:
     out: str | None = None  # the run directory; default runs/<paper>-<time>-<id>
     ckpt_every: int | None = None  # optimizer steps between checkpoints; None: at each epoch's end
     keep_ckpts: int = 2  # the newest checkpoints kept
+    results_dir: str = "results"  # the local results store every finished run is added to
     wandb: str = "auto"
     wandb_project: str = "paper-study"
     log_every: int = 10  # optimizer steps between logged losses
@@ -169,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode (with --compile)")
     p.add_argument("--compile-backend", choices=COMPILE_BACKENDS, help="torch.compile backend (with --compile)")
     p.add_argument("--out", help="run directory (must not hold a run yet)")
+    p.add_argument("--results-dir", help="the results store finished runs are added to (default results/)")
+    p.add_argument("--rerun", metavar="RUN_ID_OR_DIR", help="run a finished run's config again, in a new run directory")
     p.add_argument("--wandb", choices=WANDB_MODES, help="auto: online with an API key, else offline")
     p.add_argument("--wandb-project")
     p.add_argument("--log-every", type=positive_int, help="optimizer steps between logged losses")
@@ -177,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "wandb", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile", "compile_mode",
+RESUMABLE = {"strategy", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile", "compile_mode",
              "compile_backend"}
 
 
@@ -197,6 +200,28 @@ def resolve_resume(flags: dict) -> TrainConfig:
     except ValueError as e:
         raise ConfigError(f"--resume {run_dir}: config.json is not valid JSON ({e})") from None
     return TrainConfig.from_dict(saved | flags | {"out": str(run_dir)})
+
+
+# flags that may change in a rerun: where it goes, not what it computes
+RERUNNABLE = {"out", "wandb", "wandb_project", "results_dir"}
+
+
+def resolve_rerun(flags: dict) -> tuple[TrainConfig, str | None]:
+    """The config of a finished run (by run id or run directory) for a new run, and a warning
+    when this checkout's commit differs from the one the run was made at."""
+    from common.leaderboard import find_result
+    from common.tracking import git_commit
+
+    run = flags.pop("rerun")
+    fixed = sorted(set(flags) - RERUNNABLE)
+    if fixed:
+        raise ConfigError(f"--{fixed[0].replace('_', '-')} cannot change in a rerun; only "
+                          f"{', '.join('--' + f.replace('_', '-') for f in sorted(RERUNNABLE))} can")
+    result, _ = find_result(run, flags.get("results_dir", TrainConfig.results_dir))
+    cfg = TrainConfig.from_dict(result["config"] | {"out": None} | flags)
+    now, then = git_commit(), result.get("commit")
+    warning = None if now == then else f"this checkout is at commit {now}, the run {run} was made at {then}"
+    return cfg, warning
 
 
 def resolve(flags: dict) -> TrainConfig:

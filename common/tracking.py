@@ -172,3 +172,23 @@ def write_json(path: Path, values: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(values, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def store_result(result: dict, results_dir: Path) -> Path:
+    """Add a finished run's result to the local results store: one file per run, named by its run id.
+
+    Written to a temporary file and then hard-linked into place, which fails rather than
+    overwrite: several runs may finish at once, and an entry is never replaced.
+    """
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    final = results_dir / f"{result['run_id']}.json"
+    tmp = results_dir / f".{result['run_id']}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        warnings.warn(f"{final} already holds this run's result; left as it was", stacklevel=2)
+    finally:
+        tmp.unlink()
+    return final

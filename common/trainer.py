@@ -31,7 +31,7 @@ from common.optim import build_optimizer, warmup_cosine
 from common.tasks import get_task
 from common.throughput import Meter, peak_flops, training_flops
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
-                             resolve_mode, write_json)
+                             resolve_mode, store_result, write_json)
 from papers import get_paper
 
 
@@ -302,6 +302,7 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
     weights = parallel.full_state_dict(model)  # every rank takes part in gathering fsdp shards
     memory = parallel.all_gather_object(memory)
     result = {
+        "run_id": run_dir.name,
         "paper": cfg.paper,
         "flavor": cfg.flavor,
         "dataset": cfg.dataset,
@@ -338,13 +339,15 @@ def _train(cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool)
         "command": command_line(argv),
         "run_dir": str(run_dir),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": cfg.to_dict(),
     }
     if env.is_main:
         save_file({k: v.contiguous() for k, v in weights.items()}, run_dir / "model.safetensors")
         write_json(run_dir / "result.json", result)
+        store_result(result, Path(cfg.results_dir))
         per_rank = {f"memory/rank{r}/{k}": v for r, m in enumerate(memory) if m for k, v in m.items()}
         tracker.summary({f"final/{task.metric}": result["final"], f"best/{task.metric}": result["best"]}
-                        | per_rank | {k: v for k, v in result.items() if k != "memory_per_rank"})
+                        | per_rank | {k: v for k, v in result.items() if k not in ("memory_per_rank", "config")})
         where = tracker.finish()
         print(f"test {task.metric}: {result['final']:.4g} (best {result['best']:.4g} at epoch {result['best_epoch']})")
         print(f"run directory: {run_dir}")

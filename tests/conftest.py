@@ -14,13 +14,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def _no_wandb_login(monkeypatch, tmp_path_factory):
-    """No test may find a real wandb key or write into the user's home folder."""
+    """No test may find a real wandb key, write into the user's home folder or into the repository."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(home / ".netrc"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(home / "wandb-config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(home / "wandb-cache"))
     monkeypatch.setenv("WANDB_DATA_DIR", str(home / "wandb-data"))
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))  # default runs/ and results/ land here, not in the repo
 
 
 def launch_env() -> dict:

@@ -125,4 +125,6 @@ def test_default_two_process_vit_run(tmp_path):
     assert result["world_size"] == 2 and result["strategy"] == "ddp" and result["epochs"] == 30
     assert result["final"] >= 0.96
     assert f"test accuracy: {result['final']:.4g}" in proc.stdout
-    assert list(tmp_path.iterdir()) == [tmp_path / "runs"], "nothing written outside the run directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "runs"], "only the run and its result"
+    assert [p.name for p in (tmp_path / "results").iterdir()] == [f"{runs[0].name}.json"]
+    assert load_json(tmp_path / "results" / f"{runs[0].name}.json") == result

@@ -1,0 +1,174 @@
+"""The results store and the leaderboard: ranking, concurrent writers, interrupted and resumed runs,
+reruns, the wandb source, the README section, the plot."""
+
+import glob
+import json
+import multiprocessing
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from common import leaderboard
+from common.tracking import store_result
+from tests.conftest import ROOT, interrupted_copy, launch_env, load_json
+from train import main
+
+
+def fake(run_id, paper, final, task="classification", dataset="digits", **extra):
+    metric, higher = ("accuracy", True) if task == "classification" else ("mse", False)
+    return {"run_id": run_id, "paper": paper, "flavor": "tiny", "dataset": dataset, "task": task, "metric": metric,
+            "higher_is_better": higher, "final": final, "params": 1000, "strategy": "single", "world_size": 1,
+            "precision": "fp32", "compile": False, "samples_per_s": 100.0, "wall_s": 10.0,
+            "finished_at": "2026-11-29T00:00:00+00:00", "commit": "abcdef1234", "config": {"paper": paper}} | extra
+
+
+RESULTS = [fake("a", "vit", 0.90), fake("b", "vit", 0.97), fake("c", "resnet", 0.95),
+           fake("d", "lstm", 0.010, task="regression", dataset="adding"),
+           fake("e", "lstm", 0.002, task="regression", dataset="adding")]
+
+
+def test_each_task_kind_ranks_its_own_way():
+    tables = leaderboard.rank(RESULTS)
+    assert list(tables) == [("classification", "digits"), ("regression", "adding")]
+    assert [r["run_id"] for r in tables["classification", "digits"]] == ["b", "c", "a"]  # accuracy: higher first
+    assert [r["run_id"] for r in tables["regression", "adding"]] == ["e", "d"]  # mse: lower first
+    best = leaderboard.rank(RESULTS, best_only=True)
+    assert [r["run_id"] for r in best["classification", "digits"]] == ["b", "c"]
+    assert list(leaderboard.rank(RESULTS, paper="lstm")) == [("regression", "adding")]
+    assert list(leaderboard.rank(RESULTS, dataset="digits")) == [("classification", "digits")]
+
+
+def test_formats(tmp_path, capsys):
+    for r in RESULTS:
+        store_result(r, tmp_path)
+    assert leaderboard.main(["--results-dir", str(tmp_path), "--format", "json"]) == 0
+    tables = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in tables["classification / digits"]] == ["b", "c", "a"]
+    assert leaderboard.main(["--results-dir", str(tmp_path), "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("task,dataset,rank,paper,flavor,metric,params,strategy") and len(lines) == 6
+    assert leaderboard.main(["--results-dir", str(tmp_path), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "**digits** (classification, accuracy, higher is better)" in out and "| 1 | vit | tiny | accuracy 0.97 |" in out
+    assert leaderboard.main(["--results-dir", str(tmp_path)]) == 0
+    assert "adding (regression, mse, lower is better)" in capsys.readouterr().out
+
+
+def _write(args):
+    results_dir, i = args
+    store_result(fake(f"run{i % 6}", "vit", i / 100), results_dir)
+
+
+def test_concurrent_writers_lose_nothing_and_overwrite_nothing(tmp_path):
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_write, [(str(tmp_path), i) for i in range(24)])  # 6 runs, each written 4 times at once
+    entries = sorted(p.name for p in tmp_path.iterdir())
+    assert entries == [f"run{i}.json" for i in range(6)], "no temporary files left, one entry per run"
+    for i in range(6):
+        assert load_json(tmp_path / f"run{i}.json")["final"] in {(i + 6 * k) / 100 for k in range(4)}
+
+
+def test_a_killed_run_is_no_result_and_once_resumed_it_is_one(tmp_path, capsys):
+    flags = ["--paper", "vit", "--max-steps", "200", "--ckpt-every", "5", "--wandb", "disabled", "--out", "run"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *flags], cwd=tmp_path, env=launch_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not glob.glob(str(tmp_path / "run/checkpoints/step_*/.metadata")):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+    assert leaderboard.main(["--results-dir", str(tmp_path / "results"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {}
+
+    assert main(["--resume", str(tmp_path / "run"), "--results-dir", str(tmp_path / "results")]) == 0
+    assert [p.name for p in (tmp_path / "results").iterdir()] == ["run.json"]
+    capsys.readouterr()
+    assert leaderboard.main(["--results-dir", str(tmp_path / "results"), "--format", "json"]) == 0
+    [rows] = json.loads(capsys.readouterr().out).values()
+    assert [r["run_id"] for r in rows] == ["run"] and rows[0]["steps"] == 200
+
+
+def test_a_resumed_run_is_listed_once(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["--paper", "vit", "--max-steps", "12", "--ckpt-every", "4", "--keep-ckpts", "5", "--wandb",
+                 "disabled", "--out", str(run), "--results-dir", str(tmp_path / "first")]) == 0
+    resumed = interrupted_copy(run, 4, tmp_path / "resumed")
+    assert main(["--resume", str(resumed), "--results-dir", str(tmp_path / "store")]) == 0
+    capsys.readouterr()
+    assert leaderboard.main(["--results-dir", str(tmp_path / "store"), "--format", "json"]) == 0
+    [rows] = json.loads(capsys.readouterr().out).values()
+    assert [r["run_id"] for r in rows] == ["resumed"] and rows[0]["steps"] == 12
+
+
+def test_rerun_reproduces_the_config_in_a_new_run_directory(tmp_path, capsys, monkeypatch):
+    flags = ["--paper", "vit", "--max-steps", "3", "--lr", "0.002", "--seed", "5", "--wandb", "disabled"]
+    assert main(flags + ["--out", str(tmp_path / "first")]) == 0
+    first = load_json(tmp_path / "first" / "result.json")
+    capsys.readouterr()
+    monkeypatch.setattr("common.tracking.git_commit", lambda: "0000000 another commit")
+    assert main(["--rerun", first["run_id"], "--out", str(tmp_path / "again")]) == 0  # by run id, from the store
+    err = capsys.readouterr().err
+    assert "warning: this checkout is at commit 0000000" in err and first["run_id"] in err
+    again = load_json(tmp_path / "again" / "config.json")
+    assert again == load_json(tmp_path / "first" / "config.json") | {"out": str(tmp_path / "again")}
+    assert main(["--rerun", str(tmp_path / "first"), "--lr", "0.1"]) == 2  # only where it goes may change
+    assert "--lr cannot change in a rerun" in capsys.readouterr().err
+
+
+class StandInRun(SimpleNamespace):
+    """What the leaderboard reads of a wandb.apis.public.Run."""
+
+
+class StandInApi:
+    """The part of wandb.Api that the leaderboard uses: runs(path) -> runs with id, name, state, summary, config."""
+
+    def __init__(self, runs):
+        self._runs, self.asked = runs, []
+
+    def runs(self, path):
+        self.asked.append(path)
+        return self._runs
+
+
+def test_the_wandb_source_builds_the_same_tables(capsys):
+    runs = [StandInRun(id=f"w{i}", name=r["run_id"], state="finished", summary=r, config=r["config"])
+            for i, r in enumerate(RESULTS)]
+    runs.append(StandInRun(id="crashed", name="x", state="crashed", summary=fake("x", "vit", 0.99), config={}))
+    api = StandInApi(runs)
+    assert leaderboard.main(["--source", "wandb", "--project", "group/paper-study", "--format", "json"], api=api) == 0
+    assert api.asked == ["group/paper-study"]
+    tables = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in tables["classification / digits"]] == ["b", "c", "a"], "a crashed run is no result"
+    assert tables["classification / digits"][0]["wandb_run_id"] == "w1"
+
+
+def test_write_replaces_only_the_marked_section(tmp_path, capsys):
+    for r in RESULTS:
+        store_result(r, tmp_path / "results")
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\nintro text\n\n", "\n\n## Next section\n\nmore text, kept as it is\n"
+    readme.write_text(f"{before}{leaderboard.START}\nold table\n{leaderboard.END}{after}")
+    assert leaderboard.main(["--results-dir", str(tmp_path / "results"), "--format", "markdown", "--best-only",
+                             "--write", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith(before + leaderboard.START + "\n") and text.endswith(leaderboard.END + after)
+    assert "old table" not in text and "| 1 | vit |" in text and "| 1 | lstm |" in text
+    readme.write_text("no markers here\n")
+    assert leaderboard.main(["--results-dir", str(tmp_path / "results"), "--write", str(readme)]) == 2
+    assert "needs one '<!-- leaderboard:start -->' line" in capsys.readouterr().err
+    assert readme.read_text() == "no markers here\n"
+
+
+def test_plot_draws_the_runs_curves(tmp_path):
+    for seed in ("1", "2"):
+        assert main(["--paper", "vit", "--max-steps", "24", "--log-every", "4", "--seed", seed, "--wandb", "disabled",
+                     "--out", str(tmp_path / f"run{seed}")]) == 0
+    out = tmp_path / "curves.png"
+    assert leaderboard.main(["--plot", str(out), "--runs", "run1", str(tmp_path / "run2")]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
