@@ -11,7 +11,7 @@ Rows:
     d  compiled against eager training, each paper's tiny flavor and a larger one: samples/s
     e  bf16 autocast against fp32 training on this device: samples/s
     f  ddp on 2 processes against 1 process at the same global batch, and fsdp against ddp
-    g  inference latency at batch 1 and 32: compiled against eager (onnxruntime comes with ONNX export)
+    g  inference latency at batch 1 and 32: compiled, and onnxruntime on the CPU, against eager
 Prints a markdown table.
 """
 
@@ -70,6 +70,20 @@ def alternate(a, b, repeats: int) -> tuple[float, float, float]:
         pairs.append((x, y))
     return (statistics.median(x for x, _ in pairs), statistics.median(y for _, y in pairs),
             statistics.median(x / y for x, y in pairs))
+
+
+def rotate(fns: list, repeats: int) -> tuple[list[float], list[float]]:
+    """Like `alternate` for several measurements: each repeat runs them in a rotated order
+    (0 1 2, 1 2 0, 2 0 1, ...). Returns the median of each, and the median of each one's
+    per-repeat ratio to the last."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for i in range(repeats):
+        for j in [(i + k) % len(fns) for k in range(len(fns))]:
+            times[j].append(fns[j]())
+    return ([statistics.median(t) for t in times],
+            [statistics.median(a / b for a, b in zip(t, times[-1])) for t in times])
 
 
 def row(name: str, what: str, a: str, b: str, ratio: float, target: str = "", met: bool | None = None) -> dict:
@@ -294,23 +308,53 @@ def row_f(args, device) -> list[dict]:
     return out
 
 
+def _onnx_session(model: nn.Module, kind: str, facts: dict, threads: int, folder: str):
+    """model exported to ONNX (checked against PyTorch), in an onnxruntime session with `threads` threads
+    that do not spin between calls (spinning threads slow down the next measurement)."""
+    from common import export
+
+    path = Path(folder) / "model.onnx"
+    multiple = getattr(model, "input_multiple", 1)
+    _quiet(export.export, model, kind, facts, path, {}, multiple)
+    export.check(path, model, kind, facts, multiple)
+    return export.session(path, threads, spin=False)
+
+
+def _onnx_feed(inputs: torch.Tensor) -> dict:
+    """The exported graph's inputs for a batch of the default data set (all of one size)."""
+    if inputs.dim() == 4:
+        return {"images": inputs.numpy()}
+    return {"x": inputs.numpy(), "lengths": torch.full((inputs.shape[0],), inputs.shape[1]).numpy()}
+
+
 def row_g(args, device) -> list[dict]:
-    out = []
+    """Inference latency: compiled and onnxruntime (CPU only, the same thread count) against eager."""
+    out, threads = [], torch.get_num_threads()
     for name in args.papers:
-        for batch in (1, 32):
-            model, inputs, _, _ = default_batch(name, batch, device)
-            model.eval()
-            compiled = _copy(model)
-            compiled.compile(backend=args.backend)
-            with torch.no_grad():
-                call(compiled, inputs)  # compiles
-                c, e, ratio = alternate(lambda: seconds(lambda: call(compiled, inputs), args.iters, device),
-                                        lambda: seconds(lambda: call(model, inputs), args.iters, device),
-                                        args.repeats)
-            out.append(row("g", f"{name} tiny: inference latency, batch {batch}: compiled vs eager",
-                           f"{c * 1e3:.3f} ms", f"{e * 1e3:.3f} ms", ratio))
-    out.append({"row": "g", "comparison": "onnxruntime: comes with the ONNX export issue", "A": "", "B": "",
-                "ratio A/B": "", "target": "", "met": ""})
+        spec = get_paper(name)
+        with tempfile.TemporaryDirectory() as folder:
+            session = None
+            if device.type == "cpu":
+                model, _, _, _ = default_batch(name, 1, device)
+                session = _onnx_session(model.eval(), spec.inputs, get_dataset(spec.defaults["dataset"]).facts(),
+                                        threads, folder)
+            for batch in (1, 32):
+                model, inputs, _, _ = default_batch(name, batch, device)
+                model.eval()
+                compiled = _copy(model)
+                compiled.compile(backend=args.backend)
+                timed = {"compiled": lambda: seconds(lambda: call(compiled, inputs), args.iters, device)}
+                if session is not None:
+                    feed = _onnx_feed(inputs)
+                    timed[f"onnxruntime ({threads} threads, as torch)"] = lambda: seconds(
+                        lambda: session.run(None, feed), args.iters, device)
+                timed["eager"] = lambda: seconds(lambda: call(model, inputs), args.iters, device)
+                with torch.no_grad():
+                    call(compiled, inputs)  # compiles
+                    medians, ratios = rotate(list(timed.values()), args.repeats)
+                for what, t, ratio in list(zip(timed, medians, ratios))[:-1]:
+                    out.append(row("g", f"{name} tiny: inference latency, batch {batch}: {what} vs eager",
+                                   f"{t * 1e3:.3f} ms", f"{medians[-1] * 1e3:.3f} ms", ratio))
     return out
 
 

@@ -11,6 +11,7 @@ from PIL import Image
 
 from common.data import adding, eval_loader, get_dataset
 from common.data.collate import pad_sequences
+from common.predict import prepare
 from tests.conftest import load_json
 from train import main
 
@@ -102,6 +103,16 @@ def test_real_formats_train_a_few_steps(dataset, writer, extra, tmp_path, cifar_
                  "--batch-size", "8", "--wandb", "disabled", "--out", str(tmp_path / "run")]) == 0
     result = load_json(tmp_path / "run" / "result.json")
     assert result["dataset"] == dataset and result["steps"] == 2
+
+    # the preprocessing that export stores for common.predict turns the image file into the same sample
+    pre = get_dataset(dataset).preprocess(data_dir=str(data_dir), image_size=int(extra[1]) if extra else None)
+    if dataset == "imagefolder":
+        image, expected_labels = Image.open(train.dataset.samples[train.indices[0]][0]), ["cat", "dog", "owl"]
+    else:
+        image = Image.fromarray(np.asarray(train.data[0]))
+        expected_labels = [f"class{i}" for i in range(10)] if dataset == "cifar10" else list(train.classes)
+    assert pre["labels"] == expected_labels
+    assert np.abs(prepare(image, pre) - x.numpy()).max() < 1e-5
 
 
 def test_image_folder_with_train_and_test_subfolders(tmp_path):

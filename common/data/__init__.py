@@ -37,6 +37,9 @@ class DatasetSpec:
         resizable: --image-size applies.
         variable_size: samples differ in size: batches are padded with a mask, and the
             datasets have `sizes` (a length, or height and width, per sample) for bucketing.
+        preprocess: (data_dir, image_size) -> how an image file becomes a model input (layout,
+            colour mode, size, scale, mean, std, label names), which export stores in the ONNX
+            file for common.predict; None where samples are not images.
     """
 
     name: str
@@ -47,6 +50,7 @@ class DatasetSpec:
     description: str = ""
     resizable: bool = False
     variable_size: bool = False
+    preprocess: Callable[..., dict] | None = None
 
     def collate(self, pad_multiple: int = 1) -> Callable | None:
         """How samples become a batch: stacked, or padded with a mask when sizes vary."""
@@ -63,25 +67,31 @@ DATASETS = {
     spec.name: spec
     for spec in (
         DatasetSpec("digits", "classification", "image", _fixed(num_classes=10, in_chans=1, img_size=8), digits.load,
+                    preprocess=digits.preprocessing,
                     description="scikit-learn's 1,797 handwritten 8x8 digits, fixed stratified 80/20 split"),
         DatasetSpec("digits-rows", "classification", "sequence", _fixed(num_classes=10, input_size=8),
-                    digits.load_rows, description="the same digits read row by row: 8 steps of 8 pixels"),
+                    digits.load_rows, preprocess=partial(digits.preprocessing, layout="rows"),
+                    description="the same digits read row by row: 8 steps of 8 pixels"),
         DatasetSpec("digits-canvas", "classification", "image",
                     _fixed(num_classes=10, in_chans=1, img_size=32, size_multiple=4), digits.load_canvas,
-                    variable_size=True,
+                    variable_size=True, preprocess=partial(digits.preprocessing, size=None, size_multiple=4),
                     description="the digits scaled 1x to 3x at random spots of square canvases of 16 to 48 pixels"),
         DatasetSpec("adding", "regression", "sequence", _fixed(num_classes=1, input_size=2), adding.load,
                     variable_size=True,
                     description=f"the adding problem, lengths {adding.MIN_LENGTH} to {adding.MAX_LENGTH}, "
                                 f"{adding.TRAIN_SIZE:,} train / {adding.TEST_SIZE:,} test sequences"),
         DatasetSpec("cifar10", "classification", "image", vision.cifar10_facts, vision.cifar10_load, resizable=True,
+                    preprocess=vision.cifar10_preprocess,
                     description="CIFAR-10 from --data-dir (python version), 32x32 RGB, 10 classes"),
         DatasetSpec("mnist", "classification", "image", vision.mnist_facts, vision.mnist_load, resizable=True,
+                    preprocess=vision.mnist_preprocess,
                     description="MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
         DatasetSpec("fashion-mnist", "classification", "image", vision.fashion_facts, vision.fashion_load,
-                    resizable=True, description="Fashion-MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
+                    resizable=True, preprocess=vision.fashion_preprocess,
+                    description="Fashion-MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
         DatasetSpec("imagefolder", "classification", "image", vision.imagefolder_facts, vision.imagefolder_load,
-                    resizable=True, description="a folder of class subfolders from --data-dir, resized to --image-size"),
+                    resizable=True, preprocess=vision.imagefolder_preprocess,
+                    description="a folder of class subfolders from --data-dir, resized to --image-size"),
     )
 }
 

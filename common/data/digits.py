@@ -24,6 +24,15 @@ def split_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
+def preprocessing(layout: str = "image", size: tuple[int, int] | None = (8, 8), size_multiple: int = 1, **_) -> dict:
+    """How an image file becomes a model input (see common.predict): grey pixels 0..255 scaled to the
+    digits' 0..16 (ink is high), normalised by the training set's mean and std."""
+    x_train = split_digits()[0]
+    return dict(layout=layout, mode="L", size=list(size) if size else None, size_multiple=size_multiple,
+                scale=16 / 255, mean=[float(x_train.mean())], std=[float(x_train.std())],
+                labels=[str(d) for d in range(10)])
+
+
 def load(**_) -> tuple[TensorDataset, TensorDataset]:
     """Train and test sets of (image (1, 8, 8), label), normalised by the training set's mean and std."""
     x_train, x_test, y_train, y_test = split_digits()

@@ -4,6 +4,7 @@ Nothing is downloaded: a missing or empty folder is an input error that says
 which files are expected where.
 """
 
+import pickle
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +25,13 @@ SPLIT_SEED, TEST_FRACTION = 0, 0.2
 def _transform(stats, image_size: int | None):
     steps = [transforms.Resize((image_size, image_size))] if image_size else []
     return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(*stats)])
+
+
+def _preprocessing(stats, mode: str, size: int, labels: list[str]) -> dict:
+    """How an image file becomes a model input (see common.predict), as the transform above does it:
+    resized (bilinear), pixels scaled to [0, 1], normalised per channel."""
+    return dict(layout="image", mode=mode, size=[size, size], size_multiple=1, scale=1 / 255,
+                mean=list(stats[0]), std=list(stats[1]), labels=labels)
 
 
 def _need(data_dir: str | None, dataset: str, expected: list[str], where: str) -> Path:
@@ -47,6 +55,13 @@ def cifar10_facts(data_dir=None, image_size=None, **_) -> dict:
     _need(data_dir, "cifar10", CIFAR10_FILES, "cifar-10-batches-py/ from the CIFAR-10 python version "
           "(data_batch_1..5, test_batch, batches.meta)")
     return dict(num_classes=10, in_chans=3, img_size=image_size or 32)
+
+
+def cifar10_preprocess(data_dir=None, image_size=None, **_) -> dict:
+    cifar10_facts(data_dir, image_size)
+    with open(Path(data_dir) / "cifar-10-batches-py/batches.meta", "rb") as f:
+        labels = [str(name) for name in pickle.load(f, encoding="latin1")["label_names"]]
+    return _preprocessing(CIFAR10_STATS, "RGB", image_size or 32, labels)
 
 
 def cifar10_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]:
@@ -75,11 +90,16 @@ def _mnist_like(name: str, reader, folder: str, stats):
         return (reader(data_dir, train=True, transform=t, download=False),
                 reader(data_dir, train=False, transform=t, download=False))
 
-    return facts, load
+    def preprocess(data_dir=None, image_size=None, **_) -> dict:
+        facts(data_dir, image_size)
+        return _preprocessing(stats, "L", image_size or 28, list(reader.classes))
+
+    return facts, load, preprocess
 
 
-mnist_facts, mnist_load = _mnist_like("mnist", datasets.MNIST, "MNIST", MNIST_STATS)
-fashion_facts, fashion_load = _mnist_like("fashion-mnist", datasets.FashionMNIST, "FashionMNIST", FASHION_STATS)
+mnist_facts, mnist_load, mnist_preprocess = _mnist_like("mnist", datasets.MNIST, "MNIST", MNIST_STATS)
+fashion_facts, fashion_load, fashion_preprocess = _mnist_like("fashion-mnist", datasets.FashionMNIST, "FashionMNIST",
+                                                              FASHION_STATS)
 
 
 # ---------------------------------------------------------------- a folder of class subfolders
@@ -114,6 +134,11 @@ def imagefolder_facts(data_dir=None, image_size=None, **_) -> dict:
     if not image_size:
         raise ConfigError("--dataset imagefolder needs --image-size N: every image is resized to N x N")
     return dict(num_classes=len(classes), in_chans=3, img_size=image_size)
+
+
+def imagefolder_preprocess(data_dir=None, image_size=None, **_) -> dict:
+    imagefolder_facts(data_dir, image_size)
+    return _preprocessing(IMAGENET_STATS, "RGB", image_size, _classes(_folder_roots(data_dir)[0]))
 
 
 def imagefolder_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]:

@@ -19,10 +19,12 @@ The equations, exactly as torch.nn.LSTM computes them (sigma is the logistic sig
 """
 
 import math
+from functools import partial
 
 import torch
 import torch.nn as nn
 from einops import rearrange
+from torch._higher_order_ops.scan import scan  # torch.scan, still under a private name
 
 
 class LSTMLayer(nn.Module):
@@ -64,6 +66,33 @@ class LSTMLayer(nn.Module):
                 getattr(self, f"bias_ih{s}")[H:2 * H] = 1.0  # b_if + b_hf = 1
                 getattr(self, f"bias_hh{s}")[H:2 * H] = 0.0
 
+    @staticmethod
+    def step(state, inputs, W_hh: torch.Tensor, lengths: torch.Tensor | None):
+        """One time step t of the equations above, for the whole batch.
+
+        Args:
+            state: (h_{t-1}, c_{t-1}), each (B, H).
+            inputs: (x_proj_t, t): the input part of the gates W_i* x_t + b_i* + b_h*, (B, 4H),
+                and the step index t (an int, or a 0-d tensor under scan).
+            W_hh: (4H, H) the recurrent weights of the gates.
+            lengths: (B,) valid steps per sequence, or None when all are full length.
+
+        Returns:
+            (h_t, c_t), and this step's output: h_t, or zero where t is past a sequence's end
+            (there the state is left untouched).
+        """
+        (h_prev, c_prev), (x_proj_t, t) = state, inputs
+        gates = torch.addmm(x_proj_t, h_prev, W_hh.t())  # (B, 4H): W_i* x_t + b_i* + W_h* h_{t-1} + b_h*
+        i, f, g, o = gates.chunk(4, dim=1)  # (B, H) each
+        i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+        c_t = f * c_prev + i * g  # c_t = f_t * c_{t-1} + i_t * g_t
+        h_t = o * torch.tanh(c_t)  # h_t = o_t * tanh(c_t)
+        if lengths is None:
+            return (h_t, c_t), h_t
+        valid = (lengths > t).unsqueeze(1)  # (B, 1): step t lies inside the sequence
+        return ((torch.where(valid, h_t, h_prev), torch.where(valid, c_t, c_prev)),
+                torch.where(valid, h_t, torch.zeros_like(h_t)))
+
     def cells(self, x: torch.Tensor, suffix: str, lengths: torch.Tensor | None, reverse: bool):
         """Run one direction's cells over time.
 
@@ -82,26 +111,19 @@ class LSTMLayer(nn.Module):
         W_ih, W_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
         b = getattr(self, f"bias_ih{suffix}") + getattr(self, f"bias_hh{suffix}")
         B, T, _ = x.shape
-        H = self.hidden_size
         # the input part of all four gates, for all steps at once
         x_flat = rearrange(x, "b t d -> (b t) d")  # (B*T, input)
         x_proj = rearrange(torch.addmm(b, x_flat, W_ih.t()), "(b t) g -> t b g", b=B)  # (T, B, 4H)
-        h_t = x.new_zeros(B, H)
-        c_t = x.new_zeros(B, H)
+        state = (x.new_zeros(B, self.hidden_size), x.new_zeros(B, self.hidden_size))  # (h_0, c_0)
+        if torch.compiler.is_exporting():  # one graph for every length T: the loop becomes an ONNX Scan
+            lengths = torch.full((B,), T, device=x.device) if lengths is None else lengths
+            step = partial(self.step, W_hh=W_hh, lengths=lengths)
+            state, outputs = scan(step, state, (x_proj, torch.arange(T, device=x.device)), reverse=reverse)
+            return rearrange(outputs, "t b h -> b t h"), state
         outputs = [None] * T
         for t in (reversed(range(T)) if reverse else range(T)):
-            gates = torch.addmm(x_proj[t], h_t, W_hh.t())  # (B, 4H): W_i* x_t + b_i* + W_h* h_{t-1} + b_h*
-            i, f, g, o = gates.chunk(4, dim=1)  # (B, H) each
-            i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-            c_new = f * c_t + i * g  # c_t = f_t * c_{t-1} + i_t * g_t
-            h_new = o * torch.tanh(c_new)  # h_t = o_t * tanh(c_t)
-            if lengths is None:
-                h_t, c_t, outputs[t] = h_new, c_new, h_new
-            else:
-                valid = (lengths > t).unsqueeze(1)  # (B, 1): step t lies inside the sequence
-                h_t, c_t = torch.where(valid, h_new, h_t), torch.where(valid, c_new, c_t)
-                outputs[t] = torch.where(valid, h_new, torch.zeros_like(h_new))
-        return torch.stack(outputs, dim=1), (h_t, c_t)  # (B, T, H), ((B, H), (B, H))
+            state, outputs[t] = self.step(state, (x_proj[t], t), W_hh, lengths)
+        return torch.stack(outputs, dim=1), state  # (B, T, H), ((B, H), (B, H))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
         """(B, T, input) -> output (B, T, D*H), and (h_n, c_n) each (D, B, H) for D directions."""

@@ -171,7 +171,7 @@ class VisionTransformer(nn.Module):
         """
         g_h, g_w = self.grid_size
         grid = rearrange(self.E_pos[0, 1:], "(h w) d -> 1 d h w", h=g_h, w=g_w)  # (1, D, g_h, g_w)
-        if (h, w) != (g_h, g_w):
+        if torch.compiler.is_exporting() or (h, w) != (g_h, g_w):  # exported graphs serve every size
             grid = F.interpolate(grid, size=(h, w), mode="bicubic", antialias=False, align_corners=False)
         return rearrange(grid, "1 d h w -> h w d")  # (h, w, D)
 
@@ -187,7 +187,7 @@ class VisionTransformer(nn.Module):
             position embedding is the learned one for every grid.
         """
         if grids is None:
-            if (H_p, W_p) == self.grid_size:
+            if not torch.compiler.is_exporting() and (H_p, W_p) == self.grid_size:
                 return self.E_pos  # (1, 1+N, D)
             patches = self.E_pos_grid(H_p, W_p)[None]  # (1, H_p, W_p, D)
         else:

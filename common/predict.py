@@ -1,0 +1,129 @@
+"""Classify image files with an exported model: onnxruntime, numpy and Pillow only, no torch.
+
+    python -m common.predict --onnx model.onnx IMAGE [IMAGE ...] [--threads N]
+
+or from Python:
+
+    from common.predict import predict
+    predict("model.onnx", ["digit.png"])  # [("7", 0.98)]
+
+Each image is preprocessed as the model's training data was, from the metadata
+that common.export stores in the file: converted to its colour mode, resized
+(bilinear) to its size, or for models trained on images of varying size to the
+nearest multiple of its patch size, scaled and normalised. Models that read an
+image row by row (an LSTM on digits-rows) get its rows as steps.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from PIL import Image, UnidentifiedImageError
+
+META_KEY = "paper_study"
+
+
+class PredictError(ValueError):
+    """The model or an image cannot be used; the message says why."""
+
+
+class Predictor:
+    """An onnxruntime session and the preprocessing read from its model's metadata."""
+
+    def __init__(self, onnx_path: str | Path, threads: int | None = None):
+        if not Path(onnx_path).is_file():
+            raise PredictError(f"{onnx_path}: no such file")
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        meta = self.session.get_modelmeta().custom_metadata_map.get(META_KEY)
+        if meta is None:
+            raise PredictError(f"{onnx_path} has no '{META_KEY}' metadata: export it with python -m common.export")
+        self.meta = json.loads(meta)
+        self.pre = self.meta["preprocess"]
+        if self.pre is None or self.meta["task"] != "classification":
+            raise PredictError(f"{onnx_path} is a {self.meta['task']} model of {self.meta['dataset']}, which holds "
+                               "no images to classify")
+
+    def preprocess(self, image: Image.Image) -> np.ndarray:
+        """One image as the model's input sample, (C, H, W) float32."""
+        return prepare(image, self.pre, self.meta["size_multiple"])
+
+    def probabilities(self, batch: np.ndarray) -> np.ndarray:
+        """Class probabilities (B, classes) of a batch (B, C, H, W) of preprocessed images."""
+        if self.pre["layout"] == "rows":  # each row of pixels is one step
+            B, C, H, W = batch.shape
+            x = batch.transpose(0, 2, 3, 1).reshape(B, H, W * C)
+            feed = {"x": x, "lengths": np.full(B, H, dtype=np.int64)}
+        else:
+            feed = {"images": batch}
+        logits = self.session.run(None, feed)[0]
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def __call__(self, images: list) -> list[tuple[str, float]]:
+        """(label, probability) for each image (a path or a PIL image); images of one size share a batch."""
+        samples = [self.preprocess(_open(image)) for image in images]
+        results = [None] * len(samples)
+        for shape in {s.shape for s in samples}:
+            indices = [i for i, s in enumerate(samples) if s.shape == shape]
+            for i, p in zip(indices, self.probabilities(np.stack([samples[i] for i in indices]))):
+                results[i] = (self.pre["labels"][int(p.argmax())], float(p.max()))
+        return results
+
+
+def prepare(image: Image.Image, pre: dict, size_multiple: int = 1) -> np.ndarray:
+    """An image as a data set's sample, (C, H, W) float32: converted to the colour mode, resized
+    (bilinear) to the size, or to the nearest multiples of size_multiple where the size is None,
+    scaled and normalised as `pre` (a data set's preprocessing, see common.data) says."""
+    image = image.convert(pre["mode"])
+    if pre["size"]:
+        size = (pre["size"][1], pre["size"][0])  # Pillow's (width, height)
+    else:
+        size = tuple(max(size_multiple, size_multiple * round(side / size_multiple)) for side in image.size)
+    if image.size != size:
+        image = image.resize(size, Image.BILINEAR)
+    x = np.asarray(image, dtype=np.float32) * np.float32(pre["scale"])
+    x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)  # (C, H, W)
+    mean, std = (np.array(pre[k], dtype=np.float32)[:, None, None] for k in ("mean", "std"))
+    return (x - mean) / std
+
+
+def _open(image) -> Image.Image:
+    if isinstance(image, Image.Image):
+        return image
+    try:
+        return Image.open(image)
+    except FileNotFoundError:
+        raise PredictError(f"{image}: no such file") from None
+    except UnidentifiedImageError:
+        raise PredictError(f"{image}: not an image Pillow can read") from None
+
+
+def predict(onnx_path: str | Path, images: list, threads: int | None = None) -> list[tuple[str, float]]:
+    """(label, probability) for each image file."""
+    return Predictor(onnx_path, threads)(images)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m common.predict", description=__doc__.split("\n")[0])
+    p.add_argument("--onnx", required=True, help="a model.onnx written by python -m common.export")
+    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--threads", type=int, help="onnxruntime threads (default: its own choice)")
+    args = p.parse_args(argv)
+    try:
+        results = predict(args.onnx, args.images, args.threads)
+    except PredictError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for path, (label, probability) in zip(args.images, results):
+        print(f"{path}: {label} ({probability:.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

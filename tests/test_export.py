@@ -1,0 +1,161 @@
+"""ONNX export checked against PyTorch with onnxruntime, for every paper; prediction without torch."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from PIL import Image
+
+from common import export
+from common.data import get_dataset
+from common.predict import PredictError, Predictor, predict
+from papers import get_paper, list_papers
+from tests.conftest import ROOT, launch_env
+from train import main as train_main
+
+
+def dims(path: Path) -> dict[str, list]:
+    """Each graph input's dimensions: an int where fixed, a name where dynamic."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
+
+
+@pytest.mark.parametrize("paper", list_papers())
+def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys):
+    spec = get_paper(paper)
+    assert export.main(["--paper", paper, "--out", str(tmp_path / "model.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "largest" in out and "<= 0.0001" in out
+    shapes = dims(tmp_path / "model.onnx")
+    if spec.inputs == "image":
+        assert list(shapes) == ["images"]
+        batch, channels, height, width = shapes["images"]
+        assert isinstance(channels, int) and all(isinstance(d, str) for d in (batch, height, width))
+    else:
+        assert list(shapes) == ["x", "lengths"]
+        assert all(isinstance(d, str) for d in shapes["x"][:2]) and isinstance(shapes["lengths"][0], str)
+
+    # the check itself: batches of 1 and 5, two sizes, within 1e-4, and not trivially (outputs differ by input)
+    data = get_dataset(spec.defaults["dataset"])
+    facts = data.facts()
+    torch.manual_seed(0)
+    model = export.randomize(spec.build_for_data("tiny", facts).eval())
+    multiple = export.size_multiple(model, data.preprocess())
+    report = export.check(tmp_path / "model.onnx", model, spec.inputs, facts, multiple)
+    assert len(report) == 4 and max(d for _, d in report) <= export.TOLERANCE
+    assert len({what.split(",")[1] for what, _ in report}) == 2, "two sizes"
+    a, b = (export.example(spec.inputs, facts, multiple, 3, False, seed=s) for s in (1, 2))
+    with torch.no_grad():
+        assert (model(*a.values()) - model(*b.values())).abs().max() > 1e-3
+
+
+def test_a_mismatch_is_an_error_and_the_file_is_removed(tmp_path, capsys, monkeypatch):
+    spec, facts = get_paper("vit"), get_dataset("digits").facts()
+    model = export.randomize(spec.build_for_data("tiny", facts).eval())
+    path = export.export(model, "image", facts, tmp_path / "m.onnx", {}, multiple=2)
+    with torch.no_grad():
+        model.head.bias.add_(1e-3)  # PyTorch's model is no longer the exported one
+    with pytest.raises(export.ExportError, match="differs from PyTorch by"):
+        export.check(path, model, "image", facts, multiple=2)
+
+    real_export = export.export
+
+    def export_then_change(model, *args, **kwargs):
+        path = real_export(model, *args, **kwargs)
+        with torch.no_grad():
+            model.head.bias.add_(1e-3)
+        return path
+
+    monkeypatch.setattr(export, "export", export_then_change)
+    assert export.main(["--paper", "vit", "--out", str(tmp_path / "bad.onnx")]) == 1
+    assert "differs from PyTorch" in capsys.readouterr().err
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_a_mask_aware_vit_exports_for_any_size_of_its_patches(tmp_path):
+    """ViT on digits-canvas: E_pos is interpolated inside the graph, so sizes other than the training
+    grid agree with PyTorch (which uses E_pos as it is on its own grid)."""
+    assert export.main(["--paper", "vit", "--flavor", "tiny/4", "--dataset", "digits-canvas",
+                        "--out", str(tmp_path / "m.onnx")]) == 0
+    meta = json.loads(onnx.load(str(tmp_path / "m.onnx")).metadata_props[0].value)
+    assert meta["size_multiple"] == 4 and meta["preprocess"]["size"] is None
+
+
+def test_export_of_a_finished_run_and_prediction_without_torch(tmp_path, capsys):
+    assert train_main(["--paper", "lstm", "--max-steps", "30", "--wandb", "disabled", "--out", str(tmp_path / "run"),
+                       "--results-dir", str(tmp_path / "results")]) == 0
+    assert export.main(["--run", str(tmp_path / "run"), "--samples", "6"]) == 0
+    onnx_path, samples = tmp_path / "run/model.onnx", sorted((tmp_path / "run/samples").glob("*.png"))
+    assert len(samples) == 6
+    meta = json.loads(onnx.load(str(onnx_path)).metadata_props[0].value)
+    assert (meta["paper"], meta["dataset"], meta["run_id"]) == ("lstm", "digits-rows", "run")
+    assert meta["preprocess"]["layout"] == "rows" and meta["preprocess"]["labels"] == [str(d) for d in range(10)]
+
+    # predict's preprocessing gives back the test samples (up to 8-bit pixels), and its probabilities
+    # are the trained PyTorch model's
+    model, _ = export.load_run(tmp_path / "run")
+    _, test_set = get_dataset("digits-rows").load()
+    predictor = Predictor(onnx_path)
+    for i, path in enumerate(samples):
+        x = predictor.preprocess(Image.open(path))  # (1, 8, 8)
+        pixel_step = predictor.pre["scale"] / predictor.pre["std"][0]
+        assert np.abs(x[0] - test_set[i][0].numpy()).max() <= pixel_step
+        with torch.no_grad():
+            expected = torch.softmax(model(torch.from_numpy(x)), dim=1)[0]
+        label, probability = predict(onnx_path, [path])[0]
+        assert label == str(int(expected.argmax())) and abs(probability - float(expected.max())) < 1e-4
+
+    # the command line, in a Python where importing torch fails
+    no_torch = tmp_path / "no_torch"
+    (no_torch / "torch").mkdir(parents=True)
+    (no_torch / "torch/__init__.py").write_text("raise ImportError('torch is not allowed here')\n")
+    env = launch_env() | {"PYTHONPATH": f"{no_torch}:{ROOT}"}
+    proc = subprocess.run([sys.executable, "-m", "common.predict", "--onnx", str(onnx_path), *map(str, samples)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 6
+    for line, path in zip(lines, samples):
+        label, probability = predict(onnx_path, [path])[0]
+        assert line == f"{path}: {label} ({probability:.3f})"
+
+
+def test_prediction_on_images_of_any_size_for_a_model_of_varying_sizes(tmp_path):
+    assert export.main(["--paper", "resnet", "--dataset", "digits-canvas", "--out", str(tmp_path / "m.onnx"),
+                        "--samples", "3"]) == 0
+    predictor = Predictor(tmp_path / "m.onnx")
+    odd = tmp_path / "odd.png"
+    Image.open(sorted((tmp_path / "samples").glob("*.png"))[0]).resize((30, 18)).save(odd)
+    assert predictor.preprocess(Image.open(odd)).shape == (1, 16, 32)  # sides rounded to multiples of 4
+    results = predictor([*sorted((tmp_path / "samples").glob("*.png")), odd])
+    assert len(results) == 4 and all(label in predictor.pre["labels"] and 0 < p <= 1 for label, p in results)
+
+
+def test_clear_errors(tmp_path, capsys):
+    assert export.main(["--run", str(tmp_path / "nowhere")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    assert export.main(["--paper", "vit", "--flavor", "huge"]) == 2
+    assert "unknown flavor 'huge'" in capsys.readouterr().err
+    assert export.main(["--paper", "vit", "--dataset", "adding"]) == 2
+    assert "reads images" in capsys.readouterr().err
+
+    assert export.main(["--paper", "lstm", "--dataset", "adding", "--flavor", "exp4-adding",
+                        "--out", str(tmp_path / "adding.onnx")]) == 0
+    with pytest.raises(PredictError, match="regression model of adding"):
+        Predictor(tmp_path / "adding.onnx")
+    assert export.main(["--paper", "vit", "--out", str(tmp_path / "vit.onnx")]) == 0
+    with pytest.raises(PredictError, match="missing.png: no such file"):
+        predict(tmp_path / "vit.onnx", [tmp_path / "missing.png"])
+    (tmp_path / "notes.png").write_text("not an image")
+    with pytest.raises(PredictError, match="not an image"):
+        predict(tmp_path / "vit.onnx", [tmp_path / "notes.png"])
+    plain = onnx.load(str(tmp_path / "vit.onnx"))
+    del plain.metadata_props[:]
+    onnx.save(plain, str(tmp_path / "plain.onnx"))
+    with pytest.raises(PredictError, match="no 'paper_study' metadata"):
+        Predictor(tmp_path / "plain.onnx")
