@@ -314,7 +314,7 @@ def _onnx_session(model: nn.Module, kind: str, facts: dict, threads: int, folder
     from common import export
 
     path = Path(folder) / "model.onnx"
-    multiple = getattr(model, "input_multiple", 1)
+    multiple = export.size_multiple(model, None)
     _quiet(export.export, model, kind, facts, path, {}, multiple)
     export.check(path, model, kind, facts, multiple)
     return export.session(path, threads, spin=False)

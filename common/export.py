@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 from torch.export import Dim
 
-from common.config import ConfigError, TrainConfig
+from common.config import ConfigError, TrainConfig, resolve, validate
 from common.data import get_dataset
 from common.tracking import git_commit
 from papers import get_paper
@@ -187,33 +187,27 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.run:
-            run_dir = Path(args.run)
-            model, cfg = load_run(run_dir)
-            paper, flavor, dataset, data_dir, image_size = cfg.paper, cfg.flavor, cfg.dataset, cfg.data_dir, \
-                cfg.image_size
-            out, run_id = Path(args.out or run_dir / "model.onnx"), run_dir.name
-        else:
-            spec = get_paper(args.paper)
-            paper, flavor, data_dir, image_size = args.paper, args.flavor, args.data_dir, args.image_size
-            dataset = args.dataset or spec.defaults["dataset"]
-            if flavor not in spec.flavors:
-                raise ConfigError(f"unknown flavor '{flavor}' for {paper}; choose from: {', '.join(spec.flavors)}")
-            if spec.inputs != get_dataset(dataset).inputs:
-                raise ConfigError(f"{paper} reads {spec.inputs}s but --dataset {dataset} holds "
-                                  f"{get_dataset(dataset).inputs}s")
-            facts = get_dataset(dataset).facts(data_dir=data_dir, image_size=image_size)
-            torch.manual_seed(0)
-            model, out, run_id = randomize(spec.build_for_data(flavor, facts).eval()), Path(args.out or "model.onnx"), None
-        spec, data = get_paper(paper), get_dataset(dataset)
-        facts = data.facts(data_dir=data_dir, image_size=image_size)
-        preprocess = data.preprocess(data_dir=data_dir, image_size=image_size) if data.preprocess else None
+            model, cfg = load_run(Path(args.run))
+            out, run_id = Path(args.out or Path(args.run) / "model.onnx"), Path(args.run).name
+        else:  # the trainer's checks: paper, flavor, dataset, inputs, data present, sizes
+            flags = dict(paper=args.paper, flavor=args.flavor, dataset=args.dataset, data_dir=args.data_dir,
+                         image_size=args.image_size)
+            cfg = resolve({k: v for k, v in flags.items() if v is not None})
+            validate(cfg)
+            out, run_id = Path(args.out or "model.onnx"), None
+        spec, data = get_paper(cfg.paper), get_dataset(cfg.dataset)
+        facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+        preprocess = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size) if data.preprocess else None
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if not args.run:
+        torch.manual_seed(0)
+        model = randomize(spec.build_for_data(cfg.flavor, facts).eval())
     multiple = size_multiple(model, preprocess)
-    metadata = dict(paper=paper, flavor=flavor, dataset=dataset, task=data.task, run_id=run_id, commit=git_commit(),
-                    inputs=["images"] if spec.inputs == "image" else ["x", "lengths"], size_multiple=multiple,
-                    preprocess=preprocess)
+    metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,
+                    commit=git_commit(), inputs=["images"] if spec.inputs == "image" else ["x", "lengths"],
+                    size_multiple=multiple, preprocess=preprocess)
     export(model, spec.inputs, facts, out, metadata, multiple)
     try:
         report = check(out, model, spec.inputs, facts, multiple)
@@ -221,17 +215,17 @@ def main(argv: list[str] | None = None) -> int:
         out.unlink()
         print(f"error: {e}; {out} removed", file=sys.stderr)
         return 1
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB): {paper} {flavor} for {dataset}, inputs "
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB): {cfg.paper} {cfg.flavor} for {cfg.dataset}, inputs "
           f"{', '.join(metadata['inputs'])}")
     for what, diff in report:
         print(f"  onnxruntime vs PyTorch, {what}: max |diff| {diff:.2e}")
     print(f"  largest {max(d for _, d in report):.2e} <= {TOLERANCE:g}")
     if args.samples:
         if preprocess is None:
-            print(f"--samples: {dataset} holds no images; none written", file=sys.stderr)
+            print(f"--samples: {cfg.dataset} holds no images; none written", file=sys.stderr)
         else:
-            paths = write_samples(out.parent / "samples", data.load(data_dir=data_dir, image_size=image_size)[1],
-                                  preprocess, args.samples)
+            test_set = data.load(data_dir=cfg.data_dir, image_size=cfg.image_size)[1]
+            paths = write_samples(out.parent / "samples", test_set, preprocess, args.samples)
             print(f"  {len(paths)} test images in {out.parent / 'samples'}/ (named index_label.png)")
     return 0
 

@@ -77,7 +77,7 @@ def test_a_mismatch_is_an_error_and_the_file_is_removed(tmp_path, capsys, monkey
     assert not (tmp_path / "bad.onnx").exists()
 
 
-def test_a_mask_aware_vit_exports_for_any_size_of_its_patches(tmp_path):
+def test_a_vit_for_images_of_varying_size_exports_with_their_size_multiple(tmp_path):
     """ViT on digits-canvas: E_pos is interpolated inside the graph, so sizes other than the training
     grid agree with PyTorch (which uses E_pos as it is on its own grid)."""
     assert export.main(["--paper", "vit", "--flavor", "tiny/4", "--dataset", "digits-canvas",
@@ -142,7 +142,7 @@ def test_clear_errors(tmp_path, capsys):
     assert export.main(["--paper", "vit", "--flavor", "huge"]) == 2
     assert "unknown flavor 'huge'" in capsys.readouterr().err
     assert export.main(["--paper", "vit", "--dataset", "adding"]) == 2
-    assert "reads images" in capsys.readouterr().err
+    assert "reads image inputs but dataset adding has sequence" in capsys.readouterr().err
 
     assert export.main(["--paper", "lstm", "--dataset", "adding", "--flavor", "exp4-adding",
                         "--out", str(tmp_path / "adding.onnx")]) == 0

@@ -10,7 +10,6 @@ import sys
 import time
 from types import SimpleNamespace
 
-import pytest
 
 from common import leaderboard
 from common.tracking import store_result
