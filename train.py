@@ -20,8 +20,8 @@ def print_papers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.config import (ConfigError, build_parser, resolve, resolve_rerun, resolve_resume, validate,
-                               world_size_from_env)
+    from common.config import build_parser, resolve, resolve_rerun, resolve_resume, validate, world_size_from_env
+    from common.errors import ConfigError
 
     argv = sys.argv[1:] if argv is None else argv
     is_main = os.environ.get("RANK", "0") == "0"

@@ -29,8 +29,9 @@ import torch.nn as nn
 
 from common.config import resolve
 from common.data import get_dataset
-from common.tasks import get_task
-from common.trainer import call, train
+from common.data.collate import to_device
+from common.tasks import call, get_task
+from common.trainer import train
 from common.tracking import device_name
 from papers import get_paper, list_papers
 
@@ -116,11 +117,9 @@ def default_batch(name: str, batch: int, device: torch.device):
     data = get_dataset(spec.defaults["dataset"])
     train_set, _ = data.load()
     samples = [train_set[i] for i in range(batch)]
-    collate = data.collate() or torch.utils.data.default_collate
-    inputs, targets = collate(samples)
-    to = (lambda t: {k: v.to(device) for k, v in t.items()}) if isinstance(inputs, dict) else (lambda t: t.to(device))
+    inputs, targets = to_device(data.collate()(samples), device)
     torch.manual_seed(0)
-    return spec.build_for_data("tiny", data.facts()).to(device), to(inputs), targets.to(device), get_task(data.task)
+    return spec.build_for_data("tiny", data.facts()).to(device), inputs, targets, get_task(data.task, data.facts())
 
 
 def larger_batch(name: str, batch: int, device: torch.device):
@@ -147,7 +146,7 @@ def row_a(args, device) -> list[dict]:
     for name in args.papers:
         cfg = resolve({"paper": name, "wandb": "disabled", "max_steps": args.steps, "log_every": 10})
         spec, data = get_paper(name), get_dataset(cfg.dataset)
-        task = get_task(data.task, cfg.label_smoothing)
+        task = get_task(data.task, data.facts(), label_smoothing=cfg.label_smoothing)
 
         def trainer() -> float:
             with tempfile.TemporaryDirectory() as tmp:
@@ -165,9 +164,9 @@ def row_a(args, device) -> list[dict]:
             steps, busy = 0, 0.0
             while steps < args.steps:
                 start = time.perf_counter()
-                for inputs, targets in loader:
-                    inputs = {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
-                    loss = task.loss(call(model, inputs), targets.to(device))
+                for batch in loader:
+                    inputs, targets = to_device(batch, device)
+                    loss = task.loss(call(model, inputs), targets)
                     loss.backward()
                     if cfg.clip_grad > 0:
                         nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)

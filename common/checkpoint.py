@@ -27,14 +27,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from common.config import ConfigError
+from common.errors import CheckpointError
 from common.parallel import Env, unwrap
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint that cannot be used: corrupted, or of another model (exit code 2)."""
 
 
 # ---------------------------------------------------------------- finding checkpoints

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from common.errors import ConfigError
 from common.parallel import STRATEGIES, resolve_strategy
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -24,10 +25,6 @@ BUCKETING = ("none", "size")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
-
-
-class ConfigError(ValueError):
-    """A mistake in the user's input, reported as one line and exit code 2."""
 
 
 @dataclass
@@ -302,17 +299,21 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resizable = ", ".join(name for name, d in DATASETS.items() if d.resizable)
         raise ConfigError(f"--image-size does not apply to {data.name}; it resizes {resizable}")
     facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)  # ConfigError when the data is missing
-    if cfg.bucketing == "size" and not data.variable_size:
-        variable = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
-        raise ConfigError(f"--bucketing size needs samples of different sizes; {data.name} has one size "
-                          f"(variable-size data sets: {variable})")
+    variable = data.is_variable(cfg.image_size)
+    if variable and not spec.padded_batches:
+        raise ConfigError(_fixed_size_fix(spec, data))
+    if cfg.bucketing == "size" and not variable:
+        variable_sets = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
+        resized = " once --image-size resizes it" if data.variable_size else ""
+        raise ConfigError(f"--bucketing size needs samples of different sizes; {data.name} has one size{resized} "
+                          f"(variable-size data sets: {variable_sets})")
     try:
         with torch.device("meta"):  # builds nothing real: catches a flavor that cannot take the dataset
             model = spec.build_for_data(cfg.flavor, facts)
     except ValueError as e:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
     multiple = getattr(model, "input_multiple", 1)
-    if data.variable_size and facts.get("size_multiple", 1) % multiple:
+    if variable and facts.get("size_multiple", 1) % multiple:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} needs image sides that are multiples of {multiple}, "
                           f"but {data.name}'s sides are multiples of {facts.get('size_multiple', 1)}")
 
@@ -327,6 +328,16 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"--out {cfg.out} is a file, not a folder; choose a new folder")
         if (out / "config.json").exists() and not resuming:
             raise ConfigError(f"--out {cfg.out} already holds a run; choose a new folder")
+
+
+def _fixed_size_fix(spec, data) -> str:
+    """Why a paper that reads one size cannot train on a data set of many, and what to do instead."""
+    from common.data import DATASETS
+
+    fixed = ", ".join(name for name, d in DATASETS.items() if d.inputs == data.inputs and not d.variable_size)
+    resize = "add --image-size N to resize them all to N x N, or " if data.resizable else ""
+    return (f"{spec.name} reads batches of one size (its PaperSpec does not set padded_batches), but the "
+            f"{data.inputs}s of {data.name} differ in size: {resize}use a fixed-size data set ({fixed})")
 
 
 def save(cfg: TrainConfig, path: Path) -> None:

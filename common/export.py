@@ -4,12 +4,14 @@
     python -m common.export --paper vit [--flavor tiny] [--dataset digits] [--out model.onnx] [--samples N]
 
 The graph comes from torch.onnx.export's dynamo exporter with a dynamic batch
-axis, and dynamic height and width (in multiples of the patch size) or
-sequence length: an image model takes `images` (B, C, H, W) of one size per
-batch, a sequence model `x` (B, T, F) and `lengths` (B,). onnxruntime (CPU) then
-runs two batch sizes at two sizes, with different lengths within a batch, and
-every output must equal PyTorch's within 1e-4; a larger difference is an error
-and the file is removed. The dataset's preprocessing (layout, colour mode, size,
+axis. A paper that reads padded batches (`padded_batches`) also gets dynamic
+height and width (in multiples of the patch size) or sequence length: its image
+model takes `images` (B, C, H, W) of one size per batch, its sequence model `x`
+(B, T, F) and `lengths` (B,). A paper that reads one size keeps the data set's
+size: `images` (B, C, H, W) or `x` (B, T, F). onnxruntime (CPU) then runs two
+batch sizes (at two sizes, with different lengths within a batch, where sizes
+vary) and every output must equal PyTorch's within 1e-4; a larger difference is
+an error and the file is removed. The dataset's preprocessing (layout, colour mode, size,
 scale, mean, std, label names) is stored in the file's metadata under
 "paper_study", for common.predict. `--samples N` also writes N test images as
 PNG files to try it on.
@@ -27,7 +29,8 @@ import torch
 import torch.nn as nn
 from torch.export import Dim
 
-from common.config import ConfigError, TrainConfig, resolve, validate
+from common.config import TrainConfig, resolve, validate
+from common.errors import ConfigError
 from common.data import get_dataset
 from common.tracking import git_commit
 from papers import get_paper
@@ -78,22 +81,30 @@ def size_multiple(model: nn.Module, preprocess: dict | None) -> int:
     return math.lcm(getattr(model, "input_multiple", 1), (preprocess or {}).get("size_multiple", 1))
 
 
-def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, seed: int) -> dict[str, torch.Tensor]:
+def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, seed: int,
+            padded: bool = True) -> dict[str, torch.Tensor]:
     """Random inputs: images at the dataset's size (or about 1.5x it), or sequences of that many
-    steps with lengths from 1 to T (the first one full length)."""
+    steps (the data set's length, or EXAMPLE_STEPS) with lengths from 1 to T (the first one full
+    length). padded=False: the data set's size, and no lengths."""
     g = torch.Generator().manual_seed(seed)
-    grow = lambda n: multiple * math.ceil((3 * n // 2 if larger else n) / multiple)
+    grow = lambda n: multiple * math.ceil((3 * n // 2 if larger and padded else n) / multiple)
     if kind == "image":
         H, W = (facts["img_size"],) * 2 if isinstance(facts["img_size"], int) else facts["img_size"]
         return {"images": torch.randn(batch, facts["in_chans"], grow(H), grow(W), generator=g)}
-    T = grow(EXAMPLE_STEPS)
+    T = grow(facts.get("seq_len", EXAMPLE_STEPS))
+    x = torch.randn(batch, T, facts["input_size"], generator=g)
+    if not padded:
+        return {"x": x}
     lengths = torch.randint(1, T + 1, (batch,), generator=g)
     lengths[0] = T
-    return {"x": torch.randn(batch, T, facts["input_size"], generator=g), "lengths": lengths}
+    return {"x": x, "lengths": lengths}
 
 
-def dynamic_shapes(kind: str, multiple: int) -> dict:
+def dynamic_shapes(kind: str, multiple: int, padded: bool = True) -> dict:
+    """The batch axis, and where the model reads padded batches, the sides or the length."""
     batch = Dim("batch", min=1, max=1 << 16)
+    if not padded:
+        return {"images" if kind == "image" else "x": {0: batch}}
     if kind == "image":
         side = lambda name: Dim(name, min=1, max=1 << 14) if multiple == 1 else multiple * Dim(
             f"{name}_over_{multiple}", min=1, max=(1 << 14) // multiple)
@@ -104,14 +115,15 @@ def dynamic_shapes(kind: str, multiple: int) -> dict:
 # ---------------------------------------------------------------- export and check
 
 
-def export(model: nn.Module, kind: str, facts: dict, path: Path, metadata: dict, multiple: int = 1) -> Path:
+def export(model: nn.Module, kind: str, facts: dict, path: Path, metadata: dict, multiple: int = 1,
+           padded: bool = True) -> Path:
     """Write model.onnx (opset of torch.onnx's dynamo exporter) with dynamic axes and the metadata."""
     model.eval()
-    inputs = example(kind, facts, multiple, batch=2, larger=False, seed=0)
+    inputs = example(kind, facts, multiple, batch=2, larger=False, seed=0, padded=padded)
     with warnings.catch_warnings():  # x and lengths share the batch axis, which torch.onnx warns about
         warnings.filterwarnings("ignore", message="# The axis name")
         program = torch.onnx.export(model, (), kwargs=inputs, dynamo=True, input_names=list(inputs),
-                                    dynamic_shapes=dynamic_shapes(kind, multiple), output_names=["output"],
+                                    dynamic_shapes=dynamic_shapes(kind, multiple, padded), output_names=["output"],
                                     verbose=False)
     program.model.metadata_props[META_KEY] = json.dumps(metadata)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,17 +145,18 @@ def session(path: Path, threads: int | None = None, spin: bool = True):
 
 
 @torch.no_grad()
-def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 1) -> list[tuple[str, float]]:
-    """onnxruntime against PyTorch on batches of 1 and 5 at two sizes: [(what, max |diff|)].
-    Raises ExportError where a difference exceeds TOLERANCE."""
+def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 1,
+          padded: bool = True) -> list[tuple[str, float]]:
+    """onnxruntime against PyTorch on batches of 1 and 5, at two sizes where the model reads padded
+    batches: [(what, max |diff|)]. Raises ExportError where a difference exceeds TOLERANCE."""
     ort_session, report = session(path), []
     for batch in (1, 5):
-        for larger in (False, True):
-            inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger)
+        for larger in (False, True) if padded else (False,):
+            inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger, padded=padded)
             expected = model.eval()(*inputs.values()).numpy()
             got = ort_session.run(None, {k: v.numpy() for k, v in inputs.items()})[0]
             shape = "x".join(map(str, inputs["images"].shape[2:])) if kind == "image" else \
-                f"T={inputs['x'].shape[1]}, lengths {inputs['lengths'].tolist()}"
+                f"T={inputs['x'].shape[1]}" + (f", lengths {inputs['lengths'].tolist()}" if padded else "")
             diff = float(np.abs(got - expected).max()) if got.shape == expected.shape else math.inf
             report.append((f"batch {batch}, {shape}", diff))
     worst = max(d for _, d in report)
@@ -204,13 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run:
         torch.manual_seed(0)
         model = randomize(spec.build_for_data(cfg.flavor, facts).eval())
-    multiple = size_multiple(model, preprocess)
+    multiple, padded = size_multiple(model, preprocess), spec.padded_batches
+    inputs = list(example(spec.inputs, facts, multiple, 1, False, 0, padded))
     metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,
-                    commit=git_commit(), inputs=["images"] if spec.inputs == "image" else ["x", "lengths"],
-                    size_multiple=multiple, preprocess=preprocess)
-    export(model, spec.inputs, facts, out, metadata, multiple)
+                    commit=git_commit(), inputs=inputs, size_multiple=multiple, preprocess=preprocess)
+    export(model, spec.inputs, facts, out, metadata, multiple, padded)
     try:
-        report = check(out, model, spec.inputs, facts, multiple)
+        report = check(out, model, spec.inputs, facts, multiple, padded)
     except ExportError as e:
         out.unlink()
         print(f"error: {e}; {out} removed", file=sys.stderr)

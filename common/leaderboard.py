@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from common.config import ConfigError
+from common.errors import ConfigError
 from common.tasks import TASKS
 
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"

@@ -86,24 +86,26 @@ def resolve_strategy(strategy: str, world_size: int, cuda_devices: int | None = 
     return strategy
 
 
-def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str = "blocks",
+def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str | None = None,
                 precision: str = "fp32") -> nn.Module:
     """Move, compile, wrap: the one order every strategy follows.
 
     Args:
         compile: torch.compile's arguments (mode, backend), or None for eager.
         shard_blocks: the (dotted) attribute holding the model's repeated blocks (a ModuleList);
-            fsdp shards each of them as a unit, then the root.
+            fsdp shards each of them as a unit, then the root; None: the root only.
         precision: with fsdp and bf16, parameters are gathered in bf16 and gradients
             reduced in fp32.
     """
     model = model.to(env.device)
     if strategy == "fsdp":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
-        for block in model.get_submodule(shard_blocks):
+        for block in model.get_submodule(shard_blocks) if shard_blocks else ():
             if compile is not None:
                 block.compile(**compile)
             fully_shard(block, mp_policy=mp)
+        if compile is not None and not shard_blocks:
+            model.compile(**compile)
         return fully_shard(model, mp_policy=mp)
     if compile is not None:
         model.compile(**compile)

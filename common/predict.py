@@ -59,6 +59,7 @@ class Predictor:
             B, C, H, W = batch.shape
             x = batch.transpose(0, 2, 3, 1).reshape(B, H, W * C)
             feed = {"x": x, "lengths": np.full(B, H, dtype=np.int64)}
+            feed = {k: v for k, v in feed.items() if k in self.meta["inputs"]}  # models of one length take no lengths
         else:
             feed = {"images": batch}
         logits = self.session.run(None, feed)[0]

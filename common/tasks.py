@@ -1,52 +1,106 @@
-"""Loss and metrics for each kind of task.
+"""Tasks: how a model's outputs are trained and scored, whatever the targets are.
 
-Classification serves images and sequences alike (logits (B, classes)); regression
-serves scalar targets (outputs (B, 1)).
+A task turns a model's outputs and a batch's targets into the training loss,
+and scores an evaluation set with torchmetrics: it builds its metric objects,
+updates them with every batch a rank evaluates, and reads them after
+torchmetrics has synchronised their states across ranks (gloo on a CPU, nccl
+on GPUs). Targets are whatever the data set gives: a tensor, a dict of tensors,
+or a list with one dict per sample (see common.data.collate). Data sets name
+their task kind; the trainer has no special cases.
 
-A task turns model outputs and targets into the training loss, and into sums
-over an evaluation set that can be added across ranks before the metrics are
-read off them. Papers and datasets name their task kind; the trainer has no
-special cases.
+A new kind of task subclasses `Task` (kind, metric, higher_is_better, loss,
+metrics, update) and is added with `register`.
 """
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
+from torchmetrics import MeanMetric, MeanSquaredError, Metric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
 
 
-class Classification:
-    """Cross-entropy with optional label smoothing; scored by top-1 accuracy."""
+def call(model: nn.Module, inputs):
+    """The model on a batch's inputs: `model(images, mask=...)`, `model(x, lengths=...)`, `model(**inputs)`
+    for other keyword inputs, or `model(x)` for a plain tensor."""
+    if not isinstance(inputs, dict):
+        return model(inputs)
+    if "images" in inputs:
+        return model(inputs["images"], mask=inputs.get("mask"))
+    if "x" in inputs:
+        return model(inputs["x"], lengths=inputs.get("lengths"))
+    return model(**inputs)
+
+
+class Task:
+    """What the trainer needs of a kind of task.
+
+    Args:
+        facts: the data set's facts (num_classes, ...; see common.data.DatasetSpec).
+        label_smoothing: for tasks with classes, the smoothing of the training loss.
+    """
+
+    kind = ""
+    metric = ""  # the metric that ranks runs and picks the best epoch; metrics() holds it and "loss"
+    higher_is_better = True
+
+    def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0):
+        self.facts, self.label_smoothing = facts or {}, label_smoothing
+
+    def forward(self, model: nn.Module, inputs, targets):
+        """The model's outputs on a batch. Models read the inputs alone; a task whose models also read
+        the targets while training (teacher forcing, proposals sampled around true boxes) passes them."""
+        return call(model, inputs)
+
+    def loss(self, outputs, targets) -> torch.Tensor:
+        """The scalar training loss of a batch."""
+        raise NotImplementedError
+
+    def metrics(self) -> dict[str, Metric]:
+        """Fresh metric objects, on the CPU: `self.metric` and "loss", and any others."""
+        raise NotImplementedError
+
+    def update(self, metrics: MetricCollection, outputs, targets) -> None:
+        """Add one evaluated batch to the metrics."""
+        raise NotImplementedError
+
+    def build_metrics(self, device: torch.device) -> MetricCollection:
+        return MetricCollection(self.metrics(), compute_groups=False).to(device)
+
+    @staticmethod
+    def compute(metrics: MetricCollection) -> dict[str, float]:
+        """Every metric over all that was evaluated, on every rank (each metric gathers its
+        states from all ranks first). Every rank must call it."""
+        return {name: float(value) for name, value in metrics.compute().items() if value.numel() == 1}
+
+
+class Classification(Task):
+    """Cross-entropy with optional label smoothing on logits (B, classes); scored by top-1 accuracy
+    and the cross-entropy without smoothing."""
 
     kind = "classification"
     metric = "accuracy"
     higher_is_better = True
 
-    def __init__(self, label_smoothing: float = 0.0):
-        self.label_smoothing = label_smoothing
-
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
 
-    def eval_sums(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """(correct, count, summed loss) of one batch, to be added over batches and ranks."""
+    def metrics(self) -> dict[str, Metric]:
+        # in float64, so that correct / count is exact, as it is counted
+        return {"accuracy": MulticlassAccuracy(self.facts["num_classes"], average="micro").set_dtype(torch.float64),
+                "loss": MeanMetric().set_dtype(torch.float64)}
+
+    def update(self, metrics: MetricCollection, logits: torch.Tensor, targets: torch.Tensor) -> None:
         logits = logits.float()
-        correct = (logits.argmax(dim=-1) == targets).sum()
-        loss_sum = F.cross_entropy(logits, targets, reduction="sum")
-        return torch.stack([correct.double(), logits.new_tensor(targets.numel(), dtype=torch.float64), loss_sum.double()])
-
-    def metrics(self, sums: torch.Tensor) -> dict[str, float]:
-        correct, count, loss_sum = sums.tolist()
-        return {self.metric: correct / count, "loss": loss_sum / count}
+        metrics["accuracy"].update(logits, targets)
+        metrics["loss"].update(F.cross_entropy(logits, targets, reduction="none"))
 
 
-class Regression:
+class Regression(Task):
     """Mean squared error against a scalar target; the model's head has one output. Lower is better."""
 
     kind = "regression"
     metric = "mse"
     higher_is_better = False
-
-    def __init__(self, label_smoothing: float = 0.0):
-        pass  # label smoothing applies to classes only
 
     @staticmethod
     def _pair(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,20 +109,27 @@ class Regression:
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(*self._pair(outputs, targets))
 
-    def eval_sums(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """(summed squared error, count, summed loss) of one batch."""
-        sse = F.mse_loss(*self._pair(outputs, targets), reduction="sum").double()
-        return torch.stack([sse, outputs.new_tensor(targets.numel(), dtype=torch.float64), sse])
+    def metrics(self) -> dict[str, Metric]:
+        return {"mse": MeanSquaredError().set_dtype(torch.float64), "loss": MeanSquaredError().set_dtype(torch.float64)}
 
-    def metrics(self, sums: torch.Tensor) -> dict[str, float]:
-        sse, count, _ = sums.tolist()
-        return {self.metric: sse / count, "loss": sse / count}
+    def update(self, metrics: MetricCollection, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+        pair = self._pair(outputs, targets)
+        metrics["mse"].update(*pair)
+        metrics["loss"].update(*pair)
 
 
 TASKS = {task.kind: task for task in (Classification, Regression)}
 
 
-def get_task(kind: str, label_smoothing: float = 0.0):
+def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0) -> Task:
     if kind not in TASKS:
         raise ValueError(f"unknown task kind '{kind}'; choose from: {', '.join(TASKS)}")
-    return TASKS[kind](label_smoothing=label_smoothing)
+    return TASKS[kind](facts, label_smoothing=label_smoothing)
+
+
+def register(task: type[Task]) -> type[Task]:
+    """Add a task kind defined outside this module (a test's, a user's own); its kind must be new."""
+    if task.kind in TASKS:
+        raise ValueError(f"a task of kind '{task.kind}' is already registered")
+    TASKS[task.kind] = task
+    return task

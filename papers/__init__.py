@@ -1,9 +1,12 @@
 """The registry of papers.
 
 Each paper folder defines a `PAPER` spec; every one is imported here by name,
-so none can go missing silently. Adding a paper is one line in `_PAPERS`.
+so none can go missing silently. Adding a paper is one line in `PAPER_FOLDERS`
+(README.md, "Adding a paper"); code outside the repository (a test, a user's
+own model) adds one with `register`.
 """
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -20,14 +23,20 @@ class PaperSpec:
         title, authors, year, url: the paper.
         model: the model class; called with a flavor's keyword arguments.
         flavors: flavor name -> model keyword arguments; "tiny" is the default.
-        inputs: the kind of sample the model reads ("image"); datasets must match.
+        inputs: the kind of sample the model reads ("image" or "sequence"); datasets must match.
         task: the task kind of its default dataset (see common.tasks).
         defaults: TrainConfig values for this paper (dataset, epochs, lr, ...).
         reference: the trusted implementation it is checked against.
         shard_blocks: the attribute (dotted path) holding the model's repeated blocks, an
-            nn.ModuleList; fsdp shards each block as one unit.
+            nn.ModuleList; fsdp shards each block as one unit, then the rest. None: fsdp
+            shards the model as one unit.
         data_kwargs: the facts of a dataset that the model class takes (num_classes,
-            in_chans, img_size, input_size).
+            in_chans, img_size, input_size, seq_len).
+        padded_batches: the model reads padded batches of samples of different sizes:
+            `forward(images, mask=None)` with mask (B, H, W), or `forward(x, lengths=None)`
+            with lengths (B,), and gives each sample the output it has alone. Only such
+            papers train on variable-size data sets; others read one size and need no
+            mask code.
     """
 
     name: str
@@ -42,8 +51,9 @@ class PaperSpec:
     task: str
     defaults: dict = field(default_factory=dict)
     reference: str = ""
-    shard_blocks: str = "blocks"
+    shard_blocks: str | None = None
     data_kwargs: tuple[str, ...] = ("num_classes",)
+    padded_batches: bool = False
 
     def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
         """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""
@@ -59,10 +69,17 @@ class PaperSpec:
         return self.build(flavor, **{k: facts[k] for k in self.data_kwargs})
 
 
-def _papers() -> dict[str, PaperSpec]:
-    from papers import lstm, resnet, vit
+# Every paper's folder, one line each, in the order `train.py --list` shows them.
+PAPER_FOLDERS = (
+    "vit",
+    "resnet",
+    "lstm",
+)
 
-    return {spec.name: spec for spec in (vit.PAPER, resnet.PAPER, lstm.PAPER)}
+
+def _papers() -> dict[str, PaperSpec]:
+    specs = [importlib.import_module(f"papers.{folder}").PAPER for folder in PAPER_FOLDERS]
+    return {spec.name: spec for spec in specs}
 
 
 _PAPERS = _papers()
@@ -76,3 +93,11 @@ def get_paper(name: str) -> PaperSpec:
     if name not in _PAPERS:
         raise ValueError(f"unknown paper '{name}'; choose from: {', '.join(_PAPERS)}")
     return _PAPERS[name]
+
+
+def register(spec: PaperSpec) -> PaperSpec:
+    """Add a paper defined outside this registry (a test's, a user's own model); its name must be new."""
+    if spec.name in _PAPERS:
+        raise ValueError(f"a paper named '{spec.name}' is already registered")
+    _PAPERS[spec.name] = spec
+    return spec

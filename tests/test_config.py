@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from common.config import ConfigError, TrainConfig, build_parser, resolve, validate
+from common.config import TrainConfig, build_parser, resolve, validate
+from common.errors import ConfigError
 from tests.conftest import ROOT, load_json
 from train import main
 
@@ -108,3 +109,23 @@ def test_list_prints_every_paper(capsys):
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
     assert "vit" in out and "transformer" in out and "2020" in out and "ViT-H/14" in out
+
+
+def test_a_paper_of_one_size_on_a_data_set_of_many_is_one_line_naming_the_fix(capsys, monkeypatch, tmp_path):
+    """A paper that does not read padded batches (ResNet's spec without padded_batches, here) is refused
+    variable-size data in one line that names the fixes; the first fix, --image-size, trains."""
+    import dataclasses
+
+    import papers
+
+    monkeypatch.setitem(papers._PAPERS, "one-size", dataclasses.replace(papers.get_paper("resnet"), name="one-size",
+                                                                        padded_batches=False))
+    monkeypatch.chdir(tmp_path)
+    code = main(["--paper", "one-size", "--dataset", "digits-canvas", "--wandb", "disabled"])
+    assert_one_clean_line(code, capsys.readouterr().err, ["one-size reads batches of one size", "padded_batches",
+                                                          "digits-canvas", "--image-size N", "digits,"])
+    assert list(tmp_path.iterdir()) == []
+    assert main(["--paper", "one-size", "--dataset", "digits-canvas", "--image-size", "16", "--max-steps", "2",
+                 "--wandb", "disabled", "--out", str(tmp_path / "run")]) == 0
+    result = load_json(tmp_path / "run" / "result.json")
+    assert result["padding_waste"] == 0 and result["steps"] == 2

@@ -31,25 +31,29 @@ def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys):
     assert export.main(["--paper", paper, "--out", str(tmp_path / "model.onnx")]) == 0
     out = capsys.readouterr().out
     assert "largest" in out and "<= 0.0001" in out
-    shapes = dims(tmp_path / "model.onnx")
-    if spec.inputs == "image":
+    shapes, padded = dims(tmp_path / "model.onnx"), spec.padded_batches
+    if spec.inputs == "image":  # the batch is dynamic; height and width too where the paper reads padded batches
         assert list(shapes) == ["images"]
         batch, channels, height, width = shapes["images"]
-        assert isinstance(channels, int) and all(isinstance(d, str) for d in (batch, height, width))
-    else:
-        assert list(shapes) == ["x", "lengths"]
-        assert all(isinstance(d, str) for d in shapes["x"][:2]) and isinstance(shapes["lengths"][0], str)
+        assert isinstance(batch, str) and isinstance(channels, int)
+        assert all(isinstance(d, str) if padded else isinstance(d, int) for d in (height, width))
+    else:  # the batch is dynamic; the length too, with lengths, where the paper reads padded batches
+        assert list(shapes) == (["x", "lengths"] if padded else ["x"])
+        batch, steps, _ = shapes["x"]
+        assert isinstance(batch, str) and (isinstance(steps, str) if padded else isinstance(steps, int))
+        assert not padded or isinstance(shapes["lengths"][0], str)
 
-    # the check itself: batches of 1 and 5, two sizes, within 1e-4, and not trivially (outputs differ by input)
+    # the check itself: batches of 1 and 5 (at two sizes where they vary) within 1e-4, and not trivially
+    # (outputs differ by input)
     data = get_dataset(spec.defaults["dataset"])
     facts = data.facts()
     torch.manual_seed(0)
     model = export.randomize(spec.build_for_data("tiny", facts).eval())
     multiple = export.size_multiple(model, data.preprocess())
-    report = export.check(tmp_path / "model.onnx", model, spec.inputs, facts, multiple)
-    assert len(report) == 4 and max(d for _, d in report) <= export.TOLERANCE
-    assert len({what.split(",")[1] for what, _ in report}) == 2, "two sizes"
-    a, b = (export.example(spec.inputs, facts, multiple, 3, False, seed=s) for s in (1, 2))
+    report = export.check(tmp_path / "model.onnx", model, spec.inputs, facts, multiple, padded)
+    assert len(report) == (4 if padded else 2) and max(d for _, d in report) <= export.TOLERANCE
+    assert len({what.split(",")[1] for what, _ in report}) == (2 if padded else 1), "two sizes where they vary"
+    a, b = (export.example(spec.inputs, facts, multiple, 3, False, seed=s, padded=padded) for s in (1, 2))
     with torch.no_grad():
         assert (model(*a.values()) - model(*b.values())).abs().max() > 1e-3
 

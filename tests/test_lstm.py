@@ -99,12 +99,18 @@ def test_classifier_head_reads_last_layers_final_states():
         assert (model(x, LENGTHS) - expected).abs().max() < 1e-6
 
 
-def test_init_opens_the_forget_gate():
-    layer = LSTMClassifier(INPUT, 3, HIDDEN, bidirectional=True).lstm.layers[0]
-    for s in ("_l0", "_l0_reverse"):
-        b = getattr(layer, f"bias_ih{s}") + getattr(layer, f"bias_hh{s}")  # (4H,), gates i, f, g, o
-        assert torch.equal(b[HIDDEN:2 * HIDDEN], torch.ones(HIDDEN))
-        assert b[:HIDDEN].abs().max() < 1
+@pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True)])
+def test_the_same_seed_gives_nn_lstms_initial_weights(num_layers, bidirectional):
+    """nn.LSTM's initialisation, U(-1/sqrt(H), 1/sqrt(H)) for every weight and bias, drawn in its order."""
+    from papers.lstm.model import LSTM
+
+    torch.manual_seed(7)
+    ours = LSTM(INPUT, HIDDEN, num_layers, bidirectional)
+    torch.manual_seed(7)
+    theirs = nn.LSTM(INPUT, HIDDEN, num_layers=num_layers, bidirectional=bidirectional, batch_first=True)
+    expected = from_torch(theirs).state_dict()
+    assert ours.state_dict().keys() == expected.keys()
+    assert all(torch.equal(v, expected[k]) for k, v in ours.state_dict().items())
 
 
 def test_from_torch_rejects_what_the_paper_has_not():

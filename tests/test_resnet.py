@@ -5,8 +5,9 @@ import torch
 import torch.nn as nn
 import torchvision
 
+from common.layers import MaskedBatchNorm2d
 from papers.resnet import PAPER, from_torchvision
-from papers.resnet.model import FLAVORS, MaskedBatchNorm2d, PadShortcut, Projection, ResNet
+from papers.resnet.model import FLAVORS, PadShortcut, Projection, ResNet
 
 IMAGENET = {"ResNet-18": "resnet18", "ResNet-34": "resnet34", "ResNet-50": "resnet50",
             "ResNet-101": "resnet101", "ResNet-152": "resnet152"}

@@ -9,7 +9,7 @@ import torch
 from common.data import DATASETS, get_dataset, train_loader
 from common.data.collate import element_counts, pad_images, pad_sequences
 from common.data.samplers import BucketBatchSampler
-from common.trainer import call
+from common.tasks import call
 from papers import get_paper, list_papers
 from tests.conftest import bitwise_equal, interrupted_copy, load_json, max_difference, torchrun, weights
 from train import main
@@ -88,9 +88,10 @@ def test_bucketing_cuts_the_padding_of_digits_canvas_below_a_tenth():
 # ---------------------------------------------------------------- models read the masks
 
 VARIABLE = {d.inputs: name for name, d in reversed(DATASETS.items()) if d.variable_size}  # one per kind of input
+PADDED = [name for name in list_papers() if get_paper(name).padded_batches]  # the papers that opt in
 
 
-@pytest.mark.parametrize("name", list_papers())
+@pytest.mark.parametrize("name", PADDED)
 def test_a_sample_gives_the_same_output_alone_and_in_a_padded_batch(name):
     spec = get_paper(name)
     data = get_dataset(VARIABLE[spec.inputs])
@@ -143,3 +144,15 @@ def test_padding_waste_is_recorded_and_bucketing_lowers_it(tmp_path):
     none, size = (load_json(tmp_path / b / "result.json")["padding_waste"] for b in ("none", "size"))
     assert 0 <= size < none / 3 and none > 0.1
     assert load_json(tmp_path / "size" / "result.json")["bucketing"] == "size"
+
+
+def test_digits_canvas_resized_by_image_size_is_a_data_set_of_one_size():
+    """--image-size N: every canvas resized to N x N, stacked without a mask, for papers of one size."""
+    spec = get_dataset("digits-canvas")
+    assert spec.is_variable() and not spec.is_variable(image_size=20)
+    train, _ = spec.load(image_size=20)
+    inputs, targets = spec.collate(4, image_size=20)([train[i] for i in range(5)])
+    assert torch.is_tensor(inputs) and inputs.shape == (5, 1, 20, 20) and targets.shape == (5,)
+    assert not hasattr(train, "sizes") and spec.facts(image_size=20) == dict(num_classes=10, in_chans=1, img_size=20)
+    canvas, _ = spec.load()
+    assert torch.equal(canvas.labels, train.tensors[1]), "the same images, in the same order"

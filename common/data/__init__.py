@@ -4,8 +4,10 @@ A dataset is registered here with its task kind, its kind of input ("image" or
 "sequence"), and the facts a model is built for (classes, channels, image
 size, features per step), so that a paper can be paired with any dataset of
 its kind of input. A batch is (inputs, targets): inputs are a tensor or, for
-data sets whose samples differ in size, a dict of the padded batch and its mask
-(see common.data.collate).
+data sets whose samples differ in size, a dict of the padded batch and its mask;
+targets are a tensor, or a list with one dict per sample (see common.data.collate).
+Code outside the repository (a test, a user's own data) adds a data set with
+`register`.
 """
 
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from typing import Callable
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from common.data import adding, digits, vision
-from common.data.collate import pad_images, pad_sequences
+from common.data.collate import pad_images, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 
 
@@ -29,17 +31,20 @@ class DatasetSpec:
         inputs: what a sample is: "image" (C, H, W) or "sequence" (T, F).
         facts: (data_dir, image_size) -> what the model is built for: num_classes (the
             outputs of its head: classes, or 1 for a scalar target), and in_chans and
-            img_size for images, input_size for sequences; size_multiple where every
-            side is a multiple of it. Raises ConfigError when the data is not where it
-            should be.
+            img_size for images, input_size (and seq_len where every sequence has
+            it) for sequences; size_multiple where every side is a multiple of it.
+            Raises ConfigError when the data is not where it should be.
         load: (data_dir, image_size) -> (train, test) datasets of (input, target) pairs.
         description: one line for the README.
-        resizable: --image-size applies.
-        variable_size: samples differ in size: batches are padded with a mask, and the
-            datasets have `sizes` (a length, or height and width, per sample) for bucketing.
+        resizable: --image-size applies (and makes every image N x N).
+        variable_size: samples differ in size (unless --image-size resizes them): batches
+            are padded with a mask, and the datasets have `sizes` (a length, or height and
+            width, per sample) for bucketing. Only papers that read padded batches train on them.
         preprocess: (data_dir, image_size) -> how an image file becomes a model input (layout,
             colour mode, size, scale, mean, std, label names), which export stores in the ONNX
             file for common.predict; None where samples are not images.
+        collate_fn: (samples, pad_multiple) -> (inputs, targets), for samples that the
+            built-in stacking and padding cannot batch (targets padded to a common length).
     """
 
     name: str
@@ -51,11 +56,18 @@ class DatasetSpec:
     resizable: bool = False
     variable_size: bool = False
     preprocess: Callable[..., dict] | None = None
+    collate_fn: Callable[..., tuple] | None = None
 
-    def collate(self, pad_multiple: int = 1) -> Callable | None:
+    def is_variable(self, image_size: int | None = None) -> bool:
+        """Samples differ in size, so batches are padded (--image-size N makes them all N x N)."""
+        return self.variable_size and not (self.resizable and image_size)
+
+    def collate(self, pad_multiple: int = 1, image_size: int | None = None) -> Callable:
         """How samples become a batch: stacked, or padded with a mask when sizes vary."""
-        if not self.variable_size:
-            return None
+        if self.collate_fn is not None:
+            return partial(self.collate_fn, pad_multiple=pad_multiple)
+        if not self.is_variable(image_size):
+            return stack
         return partial(pad_images if self.inputs == "image" else pad_sequences, pad_multiple=pad_multiple)
 
 
@@ -69,12 +81,11 @@ DATASETS = {
         DatasetSpec("digits", "classification", "image", _fixed(num_classes=10, in_chans=1, img_size=8), digits.load,
                     preprocess=digits.preprocessing,
                     description="scikit-learn's 1,797 handwritten 8x8 digits, fixed stratified 80/20 split"),
-        DatasetSpec("digits-rows", "classification", "sequence", _fixed(num_classes=10, input_size=8),
+        DatasetSpec("digits-rows", "classification", "sequence", _fixed(num_classes=10, input_size=8, seq_len=8),
                     digits.load_rows, preprocess=partial(digits.preprocessing, layout="rows"),
                     description="the same digits read row by row: 8 steps of 8 pixels"),
-        DatasetSpec("digits-canvas", "classification", "image",
-                    _fixed(num_classes=10, in_chans=1, img_size=32, size_multiple=4), digits.load_canvas,
-                    variable_size=True, preprocess=partial(digits.preprocessing, size=None, size_multiple=4),
+        DatasetSpec("digits-canvas", "classification", "image", digits.canvas_facts, digits.load_canvas,
+                    variable_size=True, resizable=True, preprocess=digits.canvas_preprocessing,
                     description="the digits scaled 1x to 3x at random spots of square canvases of 16 to 48 pixels"),
         DatasetSpec("adding", "regression", "sequence", _fixed(num_classes=1, input_size=2), adding.load,
                     variable_size=True,
@@ -100,6 +111,14 @@ def get_dataset(name: str) -> DatasetSpec:
     if name not in DATASETS:
         raise ValueError(f"unknown dataset '{name}'; choose from: {', '.join(DATASETS)}")
     return DATASETS[name]
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    """Add a data set defined outside this module (a test's, a user's own); its name must be new."""
+    if spec.name in DATASETS:
+        raise ValueError(f"a dataset named '{spec.name}' is already registered")
+    DATASETS[spec.name] = spec
+    return spec
 
 
 def train_loader(dataset: Dataset, global_batch: int, micro_batch: int, rank: int, world_size: int, seed: int,

@@ -1,25 +1,41 @@
-"""Batching samples of different sizes: pad to the largest and say where each one is valid.
+"""How samples become a batch, and how a batch reaches the device.
 
-Images are padded at the bottom and right, so each sample's valid pixels are a
-rectangle anchored at the top-left; sequences are padded at the end. The
-padded sizes are rounded up to a multiple of `pad_multiple`, so that batches
-come in fewer shapes (fewer recompiles under torch.compile) and patch-based
-models get sides that divide into patches.
+A batch is (inputs, targets). Samples of one size are stacked. Samples of
+different sizes are padded to the largest and carry a mask: images at the
+bottom and right, so each sample's valid pixels are a rectangle anchored at the
+top-left; sequences at the end. The padded sizes are rounded up to a multiple of
+`pad_multiple`, so that batches come in fewer shapes (fewer recompiles under
+torch.compile) and patch-based models get sides that divide into patches.
+Padded inputs come back as a dict: {"images", "mask"} or {"x", "lengths",
+"mask"}; `mask` is True on valid elements.
 
-Inputs come back as a dict: {"images", "mask"} or {"x", "lengths", "mask"};
-`mask` is True on valid elements.
+Targets are stacked where each sample's target is a tensor or a number, and kept
+as a list with one dict per sample where each is a dict (the form torchvision's
+detection models take: a variable number of boxes per image).
 """
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import default_collate
 
 
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def pad_images(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: int = 1) -> tuple[dict, torch.Tensor]:
-    """(image (C, H_i, W_i), target) pairs -> ({"images": (B, C, H, W), "mask": (B, H, W)}, targets (B,))."""
+def collate_targets(targets: list):
+    """(B,) or (B, ...) stacked targets, or a list of B dicts."""
+    return list(targets) if isinstance(targets[0], dict) else default_collate(list(targets))
+
+
+def stack(samples: list[tuple], pad_multiple: int = 1) -> tuple:
+    """(input, target) pairs of one size -> (inputs (B, ...), targets)."""
+    inputs, targets = zip(*samples)
+    return default_collate(list(inputs)), collate_targets(targets)
+
+
+def pad_images(samples: list[tuple[torch.Tensor, object]], pad_multiple: int = 1) -> tuple[dict, object]:
+    """(image (C, H_i, W_i), target) pairs -> ({"images": (B, C, H, W), "mask": (B, H, W)}, targets)."""
     images, targets = zip(*samples)
     H = round_up(max(im.shape[1] for im in images), pad_multiple)
     W = round_up(max(im.shape[2] for im in images), pad_multiple)
@@ -29,11 +45,11 @@ def pad_images(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: i
         _, h, w = im.shape
         batch[i, :, :h, :w] = im
         mask[i, :h, :w] = True
-    return {"images": batch, "mask": mask}, torch.stack(targets)
+    return {"images": batch, "mask": mask}, collate_targets(targets)
 
 
-def pad_sequences(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: int = 1) -> tuple[dict, torch.Tensor]:
-    """(sequence (T_i, F), target) pairs -> ({"x": (B, T, F), "lengths": (B,), "mask": (B, T)}, targets (B, ...))."""
+def pad_sequences(samples: list[tuple[torch.Tensor, object]], pad_multiple: int = 1) -> tuple[dict, object]:
+    """(sequence (T_i, F), target) pairs -> ({"x": (B, T, F), "lengths": (B,), "mask": (B, T)}, targets)."""
     sequences, targets = zip(*samples)
     lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
     T = round_up(int(lengths.max()), pad_multiple)
@@ -41,14 +57,27 @@ def pad_sequences(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple
     if x.shape[1] < T:
         x = torch.cat([x, x.new_zeros(x.shape[0], T - x.shape[1], *x.shape[2:])], dim=1)  # (B, T, F)
     mask = torch.arange(T) < lengths[:, None]  # (B, T)
-    return {"x": x, "lengths": lengths, "mask": mask}, torch.stack(targets)
+    return {"x": x, "lengths": lengths, "mask": mask}, collate_targets(targets)
+
+
+def to_device(batch, device: torch.device):
+    """A batch, or any part of it (tensors in dicts, lists and tuples), on the device."""
+    if torch.is_tensor(batch):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
 
 
 def element_counts(inputs) -> tuple[int, int]:
     """(valid, all) input elements of a batch: pixels of images, steps of sequences; the
     difference is padding. Read on the host, before the batch moves to the device."""
-    if isinstance(inputs, dict):
+    if isinstance(inputs, dict) and "mask" in inputs:
         mask = inputs["mask"]
         return int(mask.sum()), mask.numel()
+    if isinstance(inputs, dict):  # unpadded keyword inputs: count the first
+        inputs = next(iter(inputs.values()))
     n = inputs.shape[0] * (inputs.shape[-1] * inputs.shape[-2] if inputs.ndim == 4 else inputs.shape[1])
     return n, n  # (B, C, H, W) images or (B, T, F) sequences, no padding

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 SPLIT_SEED = 0
 TEST_FRACTION = 0.2
@@ -84,6 +84,25 @@ class DigitsCanvas(torch.utils.data.Dataset):
         return self.images[i], self.labels[i]
 
 
-def load_canvas(**_) -> tuple[DigitsCanvas, DigitsCanvas]:
-    """The digits' fixed train/test split, each image drawn onto its own canvas."""
-    return tuple(DigitsCanvas(*d.tensors, seed=CANVAS_SEEDS[split]) for split, d in zip(("train", "test"), load()))
+def load_canvas(image_size: int | None = None, **_) -> tuple[Dataset, Dataset]:
+    """The digits' fixed train/test split, each image drawn onto its own canvas; with image_size N,
+    every canvas resized (bilinear) to N x N, for models that read one size only."""
+    splits = tuple(DigitsCanvas(*d.tensors, seed=CANVAS_SEEDS[split]) for split, d in zip(("train", "test"), load()))
+    if not image_size:
+        return splits
+    resize = lambda im: F.interpolate(im[None], size=(image_size, image_size), mode="bilinear", align_corners=False)[0]
+    return tuple(TensorDataset(torch.stack([resize(im) for im in s.images]), s.labels) for s in splits)
+
+
+def canvas_facts(image_size: int | None = None, **_) -> dict:
+    """What a model is built for: sides of 16 to 48 in steps of 4 (about 32), or N x N when resized."""
+    if image_size:
+        return dict(num_classes=10, in_chans=1, img_size=image_size)
+    return dict(num_classes=10, in_chans=1, img_size=32, size_multiple=4)
+
+
+def canvas_preprocessing(image_size: int | None = None, **_) -> dict:
+    """As `preprocessing`: images of any size in multiples of 4, or resized to N x N."""
+    if image_size:
+        return preprocessing(size=(image_size, image_size))
+    return preprocessing(size=None, size_multiple=4)

@@ -11,7 +11,7 @@ from pathlib import Path
 from torch.utils.data import Dataset, Subset
 from torchvision import datasets, transforms
 
-from common.config import ConfigError
+from common.errors import ConfigError
 
 # per-channel mean and std of each training set, the usual constants
 CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))

@@ -25,6 +25,7 @@ PAPER = PaperSpec(
     reference="torch.nn.LSTM (batch_first=True, packed sequences; forget gate, no peepholes)",
     data_kwargs=("input_size", "num_classes"),
     shard_blocks="lstm.layers",
+    padded_batches=True,
 )
 
 

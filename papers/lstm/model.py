@@ -53,18 +53,11 @@ class LSTMLayer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """torch.nn.LSTM's U(-1/sqrt(H), 1/sqrt(H)), except two choices that make training start faster:
-        input weights W_i* from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as nn.Linear draws them, and a
-        forget-gate bias of 1 (Jozefowicz et al. 2015), so that cells start out remembering."""
-        H = self.hidden_size
-        for s in self.suffixes:
-            W_ih = getattr(self, f"weight_ih{s}")
-            nn.init.uniform_(W_ih, -1 / math.sqrt(W_ih.shape[1]), 1 / math.sqrt(W_ih.shape[1]))
-            for name in ("weight_hh", "bias_ih", "bias_hh"):
-                nn.init.uniform_(getattr(self, f"{name}{s}"), -1 / math.sqrt(H), 1 / math.sqrt(H))
-            with torch.no_grad():
-                getattr(self, f"bias_ih{s}")[H:2 * H] = 1.0  # b_if + b_hf = 1
-                getattr(self, f"bias_hh{s}")[H:2 * H] = 0.0
+        """torch.nn.LSTM's initialisation: every weight and bias from U(-1/sqrt(H), 1/sqrt(H)), drawn in
+        nn.LSTM's order, so that the same seed gives nn.LSTM's initial weights."""
+        bound = 1 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
 
     @staticmethod
     def step(state, inputs, W_hh: torch.Tensor, lengths: torch.Tensor | None):

@@ -22,6 +22,7 @@ PAPER = PaperSpec(
                   label_smoothing=0.1, clip_grad=1.0),
     reference="torchvision.models.resnet18/34/50/101/152",
     shard_blocks="stages",
+    padded_batches=True,
 )
 
 

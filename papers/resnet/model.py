@@ -9,57 +9,16 @@ zero, so networks of 100 and more layers train, and get better with depth.
 
 Variable-size batches: images are zero-padded at the bottom and right, and a mask
 (B, H, W) marks the valid pixels. Every block takes and returns (x, mask); batch norm
-counts only valid pixels and sets the padding back to zero, so each image is classified
-as if it were alone (mask=None: every pixel valid, plain nn.BatchNorm2d).
+counts only valid pixels and sets the padding back to zero (common.layers), so each
+image is classified as if it were alone (mask=None: every pixel valid, plain
+nn.BatchNorm2d).
 """
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import reduce
 
-
-def downsample(mask: torch.Tensor | None, stride: int) -> torch.Tensor | None:
-    """The valid pixels after a layer with this stride.
-
-    A top-left h x w rectangle becomes ceil(h/s) x ceil(w/s), which is the valid output of
-    every strided layer here: 3x3/s convolution with padding 1, 7x7/2 with padding 3,
-    3x3/2 max pool with padding 1, strided 1x1 convolution, option A's subsampling.
-    """
-    return None if mask is None else mask[:, ::stride, ::stride]
-
-
-def masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """x (B, C, H, W) with the padding set back to zero."""
-    return x if mask is None else x * mask[:, None]
-
-
-class MaskedBatchNorm2d(nn.BatchNorm2d):
-    """Batch norm over the valid pixels only; the output is zero on the padding.
-
-    In training, the mean and biased variance of the valid pixels normalise, and the
-    running estimates take the unbiased variance with the momentum, as nn.BatchNorm2d.
-    In eval mode, the running estimates normalise. With mask=None it is nn.BatchNorm2d.
-    """
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        batch_stats = self.training or self.running_mean is None  # as nn.BatchNorm2d decides
-        if mask is None or not batch_stats:
-            return masked(super().forward(x), mask)
-        x32, m = x.float(), mask[:, None].float()  # statistics in fp32, also under autocast; m: (B, 1, H, W)
-        n = m.sum()  # valid pixels per channel
-        mean = reduce(x32 * m, "b c h w -> c", "sum") / n  # (C,)
-        var = reduce((x32 - mean[:, None, None]) ** 2 * m, "b c h w -> c", "sum") / n  # biased, (C,)
-        if self.training and self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked += 1
-                momentum = 1 / self.num_batches_tracked.item() if self.momentum is None else self.momentum
-                self.running_mean.lerp_(mean, momentum)
-                self.running_var.lerp_(var * n / (n - 1), momentum)  # unbiased
-        y = (x32 - mean[:, None, None]) * torch.rsqrt(var[:, None, None] + self.eps)
-        if self.affine:
-            y = y * self.weight[:, None, None] + self.bias[:, None, None]
-        return (y * m).to(x.dtype)
+from common.layers import MaskedBatchNorm2d, downsample_mask, masked, masked_mean
 
 
 def conv3x3(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
@@ -145,7 +104,7 @@ class BasicBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, C, H, W), zero outside mask (B, H, W); returns y and its mask (B, H/s, W/s)."""
-        mask = downsample(mask, self.stride)
+        mask = downsample_mask(mask, self.stride)
         residual = F.relu(self.bn1(self.conv1(x), mask))  # (B, width, H/s, W/s)
         residual = self.bn2(self.conv2(residual), mask)  # F(x, {W_1, W_2})
         return F.relu(residual + self.shortcut(x, mask)), mask  # y = F(x) + x, then the second nonlinearity
@@ -180,7 +139,7 @@ class Bottleneck(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, C, H, W), zero outside mask (B, H, W); returns y and its mask (B, H/s, W/s)."""
-        out_mask = downsample(mask, self.stride)
+        out_mask = downsample_mask(mask, self.stride)
         residual = F.relu(self.bn1(self.conv1(x), mask))  # (B, width, H, W)
         residual = F.relu(self.bn2(self.conv2(residual), out_mask))  # (B, width, H/s, W/s)
         residual = self.bn3(self.conv3(residual), out_mask)  # F(x), (B, 4 width, H/s, W/s)
@@ -219,12 +178,12 @@ class Stem(nn.Module):
 
     def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        mask = downsample(mask, self.conv.stride[0])
+        mask = downsample_mask(mask, self.conv.stride[0])
         x = F.relu(self.bn(self.conv(images), mask))  # (B, width, H/2, W/2) or (B, width, H, W)
         if self.pool is not None:
             # x >= 0 after the ReLU, so zero padding gives the max of the pool's own -inf padding
             # at the valid outputs; but a window on the edge reaches into the padding, so re-zero it.
-            mask = downsample(mask, self.pool.stride)
+            mask = downsample_mask(mask, self.pool.stride)
             x = masked(self.pool(x), mask)  # (B, width, H/4, W/4)
         return x, mask
 
@@ -301,11 +260,7 @@ class ResNet(nn.Module):
         return x, mask  # (B, num_features, h, w), (B, h, w)
 
     def forward_head(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if mask is None:
-            x = reduce(x, "b c h w -> b c", "mean")  # global average pooling, (B, num_features)
-        else:
-            m = mask[:, None].to(x.dtype)  # (B, 1, h, w)
-            x = reduce(x * m, "b c h w -> b c", "sum") / reduce(m, "b c h w -> b c", "sum")  # over valid pixels
+        x = masked_mean(x, mask)  # global average pooling over the valid pixels, (B, num_features)
         return self.fc(x)  # (B, classes)
 
     def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

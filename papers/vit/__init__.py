@@ -20,6 +20,8 @@ PAPER = PaperSpec(
                   label_smoothing=0.1, clip_grad=1.0),
     reference="timm VisionTransformer (class token, learned position embedding, token pooling)",
     data_kwargs=("num_classes", "in_chans", "img_size"),
+    shard_blocks="blocks",
+    padded_batches=True,
 )
 
 
