@@ -174,6 +174,25 @@ def test_targets_are_a_list_of_dicts_and_the_task_trains_on_them(registered):
     assert logits.grad.abs().sum() > 0
 
 
+def test_a_data_set_may_batch_its_targets_itself_into_a_dict_of_tensors():
+    """Targets that the built-in stacking cannot batch: the data set's collate_fn does, and the
+    batch reaches the device whole."""
+    from common.data import DatasetSpec
+    from common.data.collate import stack, to_device
+
+    def multi_hot(samples, pad_multiple=1):
+        images, _ = stack([(x, 0) for x, _ in samples])
+        hot = MultiLabel.multi_hot([t for _, t in samples], torch.zeros(len(samples), len(ATTRIBUTES)))
+        return images, {"hot": hot, "count": hot.sum(dim=1)}
+
+    spec = DatasetSpec("digit-attributes-hot", "multi-label", "image", lambda **_: {}, load_attributes,
+                       collate_fn=multi_hot)
+    train_set, _ = load_attributes()
+    inputs, targets = to_device(spec.collate(pad_multiple=4)([train_set[i] for i in range(6)]), torch.device("cpu"))
+    assert inputs.shape == (6, 1, 8, 8) and targets["hot"].shape == (6, len(ATTRIBUTES))
+    assert torch.equal(targets["count"], torch.tensor([float(len(t["labels"])) for t in train_set.targets[:6]]))
+
+
 def test_a_new_task_kind_trains_under_ddp_with_two_processes_and_scores_the_whole_test_split(
         registered, tmp_path):
     import subprocess
