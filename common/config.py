@@ -30,9 +30,11 @@ WANDB_MODES = ("auto", "online", "offline", "disabled")
 @dataclass
 class TrainConfig:
     paper: str
-    flavor: str = "tiny"
+    flavor: str = "tiny"  # with init: the reference's SOURCE:NAME
+    init: str | None = None  # start from a reference's pretrained weights: timm:NAME, torchvision:NAME, ...@FILE
     dataset: str = "digits"
     data_dir: str | None = None
+    download: bool = False  # torchvision fetches the data set into data_dir (default data/) first
     image_size: int | None = None  # resize images to this side (real image data sets)
     pad_multiple: int = 1  # padded batch sizes are rounded up to a multiple of this
     bucketing: str = "none"  # "size": batches of samples of similar size
@@ -58,6 +60,7 @@ class TrainConfig:
     wandb: str = "auto"
     wandb_project: str = "paper-study"
     log_every: int = 10  # optimizer steps between logged losses
+    profile: int = 0  # record this many training steps with torch.profiler (0: off)
     num_workers: int = 0
 
     @classmethod
@@ -142,8 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the papers and exit")
     p.add_argument("--paper", help="which paper (see --list)")
     p.add_argument("--flavor", help="model flavor; 'tiny' (default) or the paper's own sizes")
+    p.add_argument("--init", metavar="REF", help="start from a reference model's pretrained weights: timm:NAME, "
+                   "torchvision:NAME, or either as SOURCE:NAME@FILE (it takes the place of --flavor)")
     p.add_argument("--dataset", help="dataset name; the paper's default if left out")
     p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder)")
+    p.add_argument("--download", action="store_true",
+                   help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/) first")
     p.add_argument("--image-size", type=positive_int, help="resize images to N x N (real image data sets)")
     p.add_argument("--pad-multiple", type=positive_int, help="round padded sizes up to a multiple of N")
     p.add_argument("--bucketing", choices=BUCKETING, help="size: batch samples of similar size together")
@@ -173,30 +180,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wandb-project")
     p.add_argument("--log-every", type=positive_int, help="optimizer steps between logged losses")
     p.add_argument("--num-workers", type=non_negative_int, help="DataLoader worker processes")
+    p.add_argument("--profile", type=non_negative_int, metavar="N",
+                   help="record N training steps with torch.profiler (after 2 warm-up steps)")
     return p
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile", "compile_mode",
-             "compile_backend"}
+RESUMABLE = {"strategy", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+             "compile_mode", "compile_backend", "download", "profile"}
 
 
 def resolve_resume(flags: dict) -> TrainConfig:
-    """The config of the run in `flags["resume"]`, with the few flags that may change on resume."""
+    """The config of the run in `flags["resume"]`, with the few flags that may change on resume.
+
+    The run's other flags may be given again (the command that started it, with --resume added), as
+    long as their values are the saved ones; `--batch-size auto` stands for the batch it picked.
+    """
     run_dir = Path(flags.pop("resume"))
-    fixed = sorted(set(flags) - RESUMABLE)
-    if fixed:
-        raise ConfigError(f"--{fixed[0].replace('_', '-')} cannot change when resuming; "
-                          f"only {', '.join('--' + f.replace('_', '-') for f in sorted(RESUMABLE))} can")
     if not (run_dir / "config.json").is_file():
         raise ConfigError(f"--resume {run_dir}: no run there (no config.json)")
-    if (run_dir / "result.json").exists():
-        raise ConfigError(f"--resume {run_dir}: that run has finished (result.json); start a new one")
     try:
-        saved = json.loads((run_dir / "config.json").read_text())
+        saved = json.loads((run_dir / "config.json").read_text()) | {"out": str(run_dir)}
     except ValueError as e:
         raise ConfigError(f"--resume {run_dir}: config.json is not valid JSON ({e})") from None
-    return TrainConfig.from_dict(saved | flags | {"out": str(run_dir)})
+    for key in sorted(set(flags) - RESUMABLE):
+        given, was = flags.pop(key), saved.get(key, getattr(TrainConfig, key, None))
+        if not (given == was or (key == "out" and Path(given).resolve() == run_dir.resolve())
+                or (key == "batch_size" and given == "auto")):
+            can = ", ".join("--" + f.replace("_", "-") for f in sorted(RESUMABLE))
+            raise ConfigError(f"--{key.replace('_', '-')} cannot change when resuming: the run has {was!r}, "
+                              f"you gave {given!r}; only {can} can change")
+    if (run_dir / "result.json").exists():
+        raise ConfigError(f"--resume {run_dir}: that run has finished (result.json); start a new one")
+    return TrainConfig.from_dict(saved | flags)
 
 
 # flags that may change in a rerun: where it goes, not what it computes
@@ -233,6 +249,14 @@ def resolve(flags: dict) -> TrainConfig:
         spec = get_paper(flags["paper"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if flags.get("download") and "data_dir" not in flags:
+        flags = flags | {"data_dir": "data"}
+    if "init" in flags:  # the reference's architecture takes the place of the flavor
+        from common.pretrained import architecture_name
+
+        if "flavor" in flags:
+            raise ConfigError(f"--init {flags['init']} names the model; leave out --flavor {flags['flavor']}")
+        flags = flags | {"flavor": architecture_name(flags["init"])}
     return TrainConfig.from_dict({**spec.defaults, **flags})
 
 
@@ -244,13 +268,15 @@ def world_size_from_env() -> int:
 
 
 def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = None, resuming: bool = False) -> None:
-    """Raise ConfigError for the first thing wrong with `cfg`; writes nothing.
+    """Raise ConfigError for the first thing wrong with `cfg`; writes nothing but, with --download,
+    the data set's files.
 
     Args:
         resuming: the run continues in cfg.out (--resume, or a torchrun restart), which
             may therefore already hold it.
     """
-    from common.data import DATASETS, get_dataset
+    from common.data import DATASETS, download, get_dataset
+    from common.pretrained import build_model
     from papers import get_paper
 
     try:
@@ -258,7 +284,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         data = get_dataset(cfg.dataset)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if cfg.flavor not in spec.flavors:
+    if cfg.init is None and cfg.flavor not in spec.flavors:
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
@@ -273,7 +299,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"{name} must be a positive integer, got {value}")
     if cfg.lr <= 0:
         raise ConfigError(f"lr must be a positive number, got {cfg.lr}")
-    for name in ("weight_decay", "warmup_steps", "label_smoothing", "clip_grad", "seed", "num_workers"):
+    for name in ("weight_decay", "warmup_steps", "label_smoothing", "clip_grad", "seed", "num_workers", "profile"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)}")
     if cfg.label_smoothing >= 1:
@@ -298,6 +324,10 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     if cfg.image_size is not None and not data.resizable:
         resizable = ", ".join(name for name, d in DATASETS.items() if d.resizable)
         raise ConfigError(f"--image-size does not apply to {data.name}; it resizes {resizable}")
+    if cfg.download:  # the one thing validation writes, when asked: the data set's files
+        line = download(data, cfg.data_dir or "data")
+        if os.environ.get("RANK", "0") == "0":
+            print(line, flush=True)
     facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)  # ConfigError when the data is missing
     variable = data.is_variable(cfg.image_size)
     if variable and not spec.padded_batches:
@@ -309,7 +339,9 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
                           f"(variable-size data sets: {variable_sets})")
     try:
         with torch.device("meta"):  # builds nothing real: catches a flavor that cannot take the dataset
-            model = spec.build_for_data(cfg.flavor, facts)
+            model = build_model(spec, cfg.flavor, cfg.init, facts)
+    except ConfigError:
+        raise
     except ValueError as e:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
     multiple = getattr(model, "input_multiple", 1)

@@ -31,6 +31,7 @@ from torch.export import Dim
 
 from common.config import TrainConfig, resolve, validate
 from common.errors import ConfigError
+from common.pretrained import build_model
 from common.data import get_dataset
 from common.tracking import git_commit
 from papers import get_paper
@@ -71,7 +72,7 @@ def load_run(run_dir: Path) -> tuple[nn.Module, TrainConfig]:
         raise ConfigError(f"{run_dir} has no model.safetensors: only a finished run exports (--resume it to the end)")
     cfg = TrainConfig.from_dict(json.loads(config.read_text()))
     facts = get_dataset(cfg.dataset).facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
-    model = get_paper(cfg.paper).build_for_data(cfg.flavor, facts)
+    model = build_model(get_paper(cfg.paper), cfg.flavor, cfg.init, facts)
     model.load_state_dict(load_file(weights))
     return model.eval(), cfg
 
@@ -237,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         if preprocess is None:
             print(f"--samples: {cfg.dataset} holds no images; none written", file=sys.stderr)
         else:
-            test_set = data.load(data_dir=cfg.data_dir, image_size=cfg.image_size)[1]
+            try:
+                test_set = data.read(cfg.data_dir, cfg.image_size)[1]
+            except ConfigError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
             paths = write_samples(out.parent / "samples", test_set, preprocess, args.samples)
             print(f"  {len(paths)} test images in {out.parent / 'samples'}/ (named index_label.png)")
     return 0

@@ -17,6 +17,7 @@ reads unpadded batches exactly as without them.
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from einops import reduce
 
 
@@ -39,7 +40,7 @@ def masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Global average pooling (B, C, H, W) -> (B, C) over each image's valid pixels."""
     if mask is None:
-        return reduce(x, "b c h w -> b c", "mean")
+        return F.adaptive_avg_pool2d(x, 1).flatten(1)  # as torchvision's models pool
     m = mask[:, None].to(x.dtype)  # (B, 1, H, W)
     return reduce(x * m, "b c h w -> b c", "sum") / reduce(m, "b c h w -> b c", "sum")
 
@@ -53,8 +54,9 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     """
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        batch_stats = self.training or self.running_mean is None  # as nn.BatchNorm2d decides
-        if mask is None or not batch_stats:
+        if mask is None:
+            return super().forward(x)
+        if not (self.training or self.running_mean is None):  # running estimates, as nn.BatchNorm2d decides
             return masked(super().forward(x), mask)
         x32, m = x.float(), mask[:, None].float()  # statistics in fp32, also under autocast; m: (B, 1, H, W)
         n = m.sum()  # valid pixels per channel

@@ -37,7 +37,10 @@ from common.config import TrainConfig, save as save_config
 from common.data import eval_loader, get_dataset, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import ConfigError
+from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, warmup_cosine
+from common.pretrained import build_model, reference_model
+from common.profiling import WARMUP_STEPS, StepProfiler
 from common.tasks import get_task
 from common.throughput import Meter, peak_flops, training_flops
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
@@ -125,13 +128,30 @@ class Trainer:
     # ------------------------------------------------------------ build
 
     def new_model(self) -> torch.nn.Module:
-        """A fresh model of the config's flavor, built for the data set's facts."""
-        return self.spec.build_for_data(self.cfg.flavor, self.facts)
+        """A fresh model of the config's flavor (or --init's architecture), built for the data set's facts."""
+        return build_model(self.spec, self.cfg.flavor, self.cfg.init, self.facts)
 
     def build_model(self) -> None:
         torch.manual_seed(self.cfg.seed)  # the same initial weights on every rank and every run
         self.model = self.new_model()
         self.n_params = sum(p.numel() for p in self.model.parameters())
+
+    def load_pretrained(self) -> None:
+        """--init: the reference's pretrained weights, adapted to the data set. Rank 0 fetches them first
+        (into timm's or torchvision's cache), then the other ranks read them; a failure stops every rank."""
+        error, notes = None, []
+        if self.env.is_main:
+            try:
+                self.model, notes = reference_model(self.spec, self.cfg.init, self.facts)
+            except ConfigError as e:
+                error = str(e)
+        error = parallel.broadcast_object(error)
+        if error is not None:
+            raise ConfigError(error)
+        if not self.env.is_main:
+            self.model, _ = reference_model(self.spec, self.cfg.init, self.facts)
+        for note in notes:
+            print(note, flush=True)
 
     def forward_loss(self, model, inputs, targets) -> torch.Tensor:
         with autocast(self.cfg.precision, self.env.device):
@@ -141,7 +161,7 @@ class Trainer:
         """The data sets, the global and per-device batch, the loaders, the run's length, and the
         FLOPs of a step (for MFU)."""
         cfg, env, data = self.cfg, self.env, self.data
-        self.train_set, self.test_set = data.load(data_dir=cfg.data_dir, image_size=cfg.image_size)
+        self.train_set, self.test_set = data.read(cfg.data_dir, cfg.image_size)  # ConfigError if unreadable
         self.collate = data.collate(math.lcm(cfg.pad_multiple, getattr(self.model, "input_multiple", 1)),
                                     cfg.image_size)
         if cfg.batch_size == "auto":
@@ -158,6 +178,9 @@ class Trainer:
         self.total_steps = epochs_steps if cfg.max_steps is None else min(cfg.max_steps, epochs_steps)
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
         self.ckpt_every = cfg.ckpt_every or self.steps_per_epoch
+        if cfg.profile and WARMUP_STEPS + cfg.profile > self.total_steps:
+            raise ConfigError(f"--profile {cfg.profile} records steps {WARMUP_STEPS + 1} to {WARMUP_STEPS + cfg.profile}, "
+                              f"but this run has {self.total_steps} steps")
         self.test_loader = eval_loader(self.test_set, max(256, self.micro_batch), env.rank, env.world_size,
                                        self.collate)
 
@@ -226,12 +249,17 @@ class Trainer:
             if self.env.is_main:
                 print(f"run {self.run_dir} has already finished; its result.json stands", flush=True)
             return json.loads((self.run_dir / "result.json").read_text())
-        self.build_optimizer()
         resume_from = parallel.broadcast_object(checkpoint.latest(self.run_dir) if self.resuming else None)
+        if self.cfg.init and resume_from is None:
+            self.load_pretrained()
+        self.build_optimizer()
         if resume_from is not None:
             self.resume(resume_from)  # raises CheckpointError before anything is written
         self.build_tracker(resume_from)  # from here on the run directory is written
         self.meter = Meter(self.cfg.batch_size, self.flops_per_element, self.peak)
+        self.monitor = DeviceMonitor(self.env.device)
+        self.profiler = (StepProfiler(self.cfg.profile, self.run_dir / "profile", self.env.rank, self.env.device)
+                         if self.cfg.profile else None)
         self.progress = tqdm(total=self.total_steps, initial=self.state["step"], disable=not self.env.is_main,
                              desc=f"{self.cfg.paper} {self.cfg.flavor}", unit="step")
         for epoch in range(self.state["epoch"], self.epochs):
@@ -250,6 +278,8 @@ class Trainer:
         done_in_epoch = state["samples_in_epoch"] // cfg.batch_size
         for _ in range(min(self.steps_per_epoch - done_in_epoch, self.total_steps - state["step"])):
             loss = self.train_step(batches, padding)
+            if self.profiler is not None:
+                self.profiler.step()
             state["step"] += 1
             state["samples_in_epoch"] += cfg.batch_size
             self.meter.step()
@@ -297,18 +327,25 @@ class Trainer:
         return loss
 
     def log_step(self, loss: torch.Tensor) -> None:
-        """The loss averaged over ranks, the learning rate and the speed, to wandb, metrics.jsonl and the bar."""
+        """The loss averaged over ranks, the learning rate, the speed and every rank's memory and device
+        use, to wandb, metrics.jsonl and the progress bar."""
         loss = (parallel.all_reduce_sum(loss) / self.env.world_size).item()
         speed, lr = self.meter.read(), self.scheduler.get_last_lr()[0]
+        devices = parallel.all_gather_object(self.monitor.read())
         elements = "pixels_per_s" if self.data.inputs == "image" else "tokens_per_s"
         row = {"train/loss": loss, "train/lr": lr, "train/samples_per_s": speed["samples_per_s"],
                f"train/{elements}": speed["elements_per_s"], "train/data_wait": speed["data_wait"],
                "train/mfu": speed["mfu"]}
+        row |= {f"device/rank{r}/{k}": v for r, values in enumerate(devices) for k, v in values.items()}
         if self.cfg.compile:
             row["compile/recompiles"] = compiled_graphs() - self.graphs_after_first_step
         self.tracker.log(row, step=self.state["step"])
+        mine = devices[0]
+        bar = dict(mem=short_bytes(mine.get("peak_allocated_bytes", mine["peak_rss_bytes"])))
+        if "utilization" in mine:
+            bar["gpu"] = f"{mine['utilization']:.0f}%"
         self.progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", samples_s=f"{speed['samples_per_s']:.0f}",
-                                  mfu=f"{speed['mfu']:.1%}")
+                                  mfu=f"{speed['mfu']:.1%}", **bar)
 
     def end_epoch(self, epoch: int, padding: list[int], seconds: float) -> None:
         """Evaluate, keep the best, log the epoch and save its checkpoint."""
@@ -386,6 +423,7 @@ class Trainer:
         """The final weights (model.safetensors), result.json, the results store and the wandb summary."""
         weights = parallel.full_state_dict(self.model)  # every rank takes part in gathering fsdp shards
         self.memory = parallel.all_gather_object(self.memory)
+        self.devices = parallel.all_gather_object(self.monitor.summary())
         result = self.result()
         if not self.env.is_main:
             return result
@@ -393,10 +431,16 @@ class Trainer:
         write_json(self.run_dir / "result.json", result)
         store_result(result, Path(self.cfg.results_dir))
         metric = self.task.metric
-        per_rank = {f"memory/rank{r}/{k}": v for r, m in enumerate(self.memory) if m for k, v in m.items()}
+        per_rank = {f"{what}/rank{r}/{k}": v for what, ranks in (("memory", self.memory), ("device", self.devices))
+                    for r, m in enumerate(ranks) if m for k, v in m.items()}
         self.tracker.summary({f"final/{metric}": result["final"], f"best/{metric}": result["best"]} | per_rank
-                             | {k: v for k, v in result.items() if k not in ("memory_per_rank", "config")})
+                             | {k: v for k, v in result.items() if k not in ("memory_per_rank", "device_per_rank",
+                                                                              "config")})
         where = self.tracker.finish()
+        if self.profiler is not None and self.profiler.done:
+            print(f"profile of steps {WARMUP_STEPS + 1} to {WARMUP_STEPS + self.cfg.profile}, operators by self time:\n"
+                  f"{self.profiler.table}\ntraces: {self.profiler.trace.parent}/trace_rank<r>.json "
+                  f"(open in https://ui.perfetto.dev)")
         print(f"test {metric}: {result['final']:.4g} (best {result['best']:.4g} at epoch {result['best_epoch']})")
         print(f"run directory: {self.run_dir}")
         if where:
@@ -423,7 +467,7 @@ class Trainer:
             "recompiles": (compiled_graphs() - self.graphs_after_first_step
                            if cfg.compile and self.graphs_after_first_step else 0),
             "padding_waste": padded / total if total else 0.0, "bucketing": cfg.bucketing,
-            "memory_per_rank": self.memory,
+            "memory_per_rank": self.memory, "device_per_rank": self.devices,
             "wall_s": state["wall_seconds"] + time.perf_counter() - self.started,
             "device": device_name(self.env.device), "torch": torch.__version__, "commit": git_commit(),
             "wandb_run_id": state["wandb_run_id"], "command": command_line(self.argv), "run_dir": str(self.run_dir),

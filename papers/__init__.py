@@ -37,6 +37,14 @@ class PaperSpec:
             with lengths (B,), and gives each sample the output it has alone. Only such
             papers train on variable-size data sets; others read one size and need no
             mask code.
+        pretrained: source -> loader, for fine-tuning from a reference implementation's
+            pretrained weights (`--init SOURCE:NAME`, see common.pretrained): the loader takes
+            that source's model ("timm": a timm model, "torchvision": a torchvision model) and
+            returns this paper's model holding its weights. The model then has the interface
+            that adapts it to a data set: `get_classifier()` (the head, an nn.Linear),
+            `reset_classifier(num_classes)` (a new head initialised as the paper's), `in_chans`
+            and, where img_size is a data kwarg, `img_size` and `resize_position_embeddings(img_size)`.
+            Empty: the paper trains from scratch only.
     """
 
     name: str
@@ -54,6 +62,7 @@ class PaperSpec:
     shard_blocks: str | None = None
     data_kwargs: tuple[str, ...] = ("num_classes",)
     padded_batches: bool = False
+    pretrained: dict[str, Callable[[nn.Module], nn.Module]] = field(default_factory=dict)
 
     def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
         """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""

@@ -10,18 +10,46 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS_BEFORE = pytest.StashKey[dict]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _away_from_the_repository(tmp_path_factory):
+    """For the whole session, the fixtures of every scope included: no real wandb key, nothing written
+    into the user's home folder, and a working folder outside the repository, so that default runs/
+    and results/ never land in the repository."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("WANDB_API_KEY", raising=False)
+        mp.setenv("NETRC", str(home / ".netrc"))
+        mp.setenv("WANDB_CONFIG_DIR", str(home / "wandb-config"))
+        mp.setenv("WANDB_CACHE_DIR", str(home / "wandb-cache"))
+        mp.setenv("WANDB_DATA_DIR", str(home / "wandb-data"))
+        mp.chdir(tmp_path_factory.mktemp("session-cwd"))
+        yield
 
 
 @pytest.fixture(autouse=True)
-def _no_wandb_login(monkeypatch, tmp_path_factory):
-    """No test may find a real wandb key, write into the user's home folder or into the repository."""
-    home = tmp_path_factory.mktemp("home")
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("NETRC", str(home / ".netrc"))
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(home / "wandb-config"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(home / "wandb-cache"))
-    monkeypatch.setenv("WANDB_DATA_DIR", str(home / "wandb-data"))
-    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))  # default runs/ and results/ land here, not in the repo
+def _fresh_working_folder(monkeypatch, tmp_path_factory):
+    """Each test starts in an empty folder of its own."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+def _results_store() -> dict:
+    return {p.name: p.read_bytes() for p in sorted((ROOT / "results").glob("*"))}
+
+
+def pytest_sessionstart(session):
+    session.config.stash[RESULTS_BEFORE] = _results_store()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite fails if it changed the repository's results store: tests write their runs elsewhere."""
+    before, after = session.config.stash.get(RESULTS_BEFORE, None), _results_store()
+    if before is not None and after != before:
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        print(f"\nthe tests changed the repository's results/: {', '.join(changed)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def launch_env() -> dict:

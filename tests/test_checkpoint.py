@@ -68,6 +68,13 @@ def test_one_process_resume_is_bitwise_equal(single_run, tmp_path, step):
     assert ids == {uninterrupted["wandb_run_id"]}, "the resumed run continues the same wandb run"
 
 
+def test_resume_with_the_original_flags_repeated_is_bitwise_equal(single_run, tmp_path):
+    """The command that started the run, with --resume added: the flags equal the saved ones, so it resumes."""
+    run = interrupted_copy(single_run, 10, tmp_path / "run")
+    assert main(FLAGS + ["--batch-size", "64", "--wandb", "disabled", "--resume", str(run)]) == 0
+    assert bitwise_equal(weights(run), weights(single_run))
+
+
 def test_ddp_resume_mid_epoch_is_bitwise_equal(ddp_run, tmp_path):
     run = interrupted_copy(ddp_run, 15, tmp_path / "run")
     torchrun(["--resume", str(run)], cwd=tmp_path)
@@ -182,7 +189,10 @@ def test_a_checkpoint_of_another_paper_or_shape_is_refused(single_run, tmp_path,
 @pytest.mark.parametrize("case, flags, words", [
     ("no run", ["--resume", "{tmp}/nothing"], ["no run there"]),
     ("finished", ["--resume", "{run}"], ["has finished"]),
-    ("changed lr", ["--resume", "{run}", "--lr", "0.1"], ["--lr cannot change when resuming", "--strategy"]),
+    ("changed lr", ["--resume", "{run}", "--lr", "0.1"],
+     ["--lr cannot change when resuming", "the run has 0.0005, you gave 0.1", "--strategy"]),
+    ("changed paper", ["--resume", "{run}", "--paper", "resnet", "--max-steps", "30"],
+     ["--paper cannot change when resuming", "the run has 'vit', you gave 'resnet'"]),
 ])
 def test_resume_input_errors(single_run, tmp_path, capsys, case, flags, words):
     flags = [f.format(tmp=tmp_path, run=single_run) for f in flags]

@@ -3,6 +3,7 @@ folder in their real on-disk formats: CIFAR-10 python batches, MNIST idx files, 
 
 import pickle
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,3 +148,92 @@ def test_missing_data_is_one_line_naming_the_files(flags, words, tmp_path, capsy
     for word in words:
         assert word in err[0], err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "folder"], "nothing written"
+
+
+# ---------------------------------------------------------------- folders that cannot be read
+
+
+def corrupt_cifar(root):
+    write_cifar10(root)
+    batch = root / "cifar-10-batches-py" / "data_batch_1"
+    batch.write_bytes(batch.read_bytes()[:100])  # cut short
+
+
+def corrupt_image(root):
+    write_image_folder(root, per_class=3)
+    (root / "dog" / "1.png").write_bytes(b"\x89PNG not really")
+
+
+@pytest.mark.parametrize("dataset, writer, md5_free, extra, words", [
+    ("cifar10", write_cifar10, False, [], ["cannot read", "Dataset not found or corrupted", "--download"]),
+    ("cifar10", corrupt_cifar, True, [], ["cannot read", "UnpicklingError"]),
+    ("mnist", lambda root: (write_idx(root, "MNIST"), (root / "MNIST/raw/t10k-images-idx3-ubyte").write_bytes(b"x")),
+     False, [], ["cannot read"]),
+    ("imagefolder", corrupt_image, False, ["--image-size", "16"], ["dog/1.png", "not an image"]),
+])
+def test_a_data_folder_that_cannot_be_read_is_one_line(dataset, writer, md5_free, extra, words, tmp_path, capsys,
+                                                        monkeypatch, request):
+    """Files in place but not readable (torchvision's md5 check fails, a file cut short, an image that is
+    not one): one line naming the folder (or file) and what is wrong, exit 2, nothing written."""
+    if md5_free:
+        request.getfixturevalue("cifar_md5_free")
+    data = tmp_path / "data"
+    writer(data)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["--paper", "vit", "--dataset", dataset, "--data-dir", str(data), *extra, "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0] and str(data) in err[0], err
+    assert all(word in err[0] for word in words), err[0]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before, "nothing written"
+
+
+# ---------------------------------------------------------------- --download
+
+
+def test_download_fetches_into_data_and_trains(tmp_path, capsys, monkeypatch, cifar_md5_free):
+    """--download with no --data-dir: torchvision's download (here a stand-in that writes the files, since
+    tests never download) fills data/, the run says where, and trains on it."""
+    import torchvision.datasets.cifar as cifar
+
+    fetched = []
+
+    def fake_download(url, download_root, **_):
+        fetched.append(url)
+        write_cifar10(Path(download_root))
+
+    monkeypatch.setattr(cifar, "download_and_extract_archive", fake_download)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--paper", "vit", "--dataset", "cifar10", "--download", "--max-steps", "2", "--batch-size", "8",
+                 "--wandb", "disabled", "--out", "run"]) == 0
+    assert fetched == [cifar.CIFAR10.url] and (tmp_path / "data/cifar-10-batches-py/data_batch_1").is_file()
+    assert "--download: cifar10 is in data/" in capsys.readouterr().out
+    assert load_json(tmp_path / "run/config.json")["data_dir"] == "data"
+    assert main(["--paper", "vit", "--dataset", "cifar10", "--download", "--max-steps", "2", "--batch-size", "8",
+                 "--wandb", "disabled", "--out", "again"]) == 0
+    assert len(fetched) == 1, "what is there and passes the check is not fetched again"
+
+
+@pytest.mark.parametrize("dataset", ["cifar10", "mnist"])
+def test_download_without_a_network_is_one_line_and_leaves_no_folder(dataset, tmp_path, capsys, monkeypatch):
+    import urllib.error
+
+    import torchvision.datasets.utils as utils
+
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(utils.urllib.request, "urlopen", no_network)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--paper", "vit", "--dataset", dataset, "--download", "--wandb", "disabled"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "could not fetch" in lines[0] and "data" in lines[0] and out == "", (out, err)
+    assert list(tmp_path.iterdir()) == [], "the folder the attempt made is gone"
+
+
+def test_download_of_a_data_set_that_cannot_be_downloaded_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--paper", "vit", "--download", "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--download does not apply to digits" in err[0] and "cifar10, mnist, fashion-mnist" in err[0]

@@ -171,3 +171,19 @@ def test_plot_draws_the_runs_curves(tmp_path):
     out = tmp_path / "curves.png"
     assert leaderboard.main(["--plot", str(out), "--runs", "run1", str(tmp_path / "run2")]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_the_committed_results_are_real_runs_of_clean_commits():
+    """results/ holds the curated runs that README and the notes quote: each of a committed, clean tree
+    and a run directory under runs/, named after its run id (tests write their runs elsewhere)."""
+    import re
+
+    from tests.conftest import ROOT
+
+    tracked = subprocess.run(["git", "ls-files", "results/*.json"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked, "the store holds the runs README quotes"
+    for name in tracked:
+        result = json.loads((ROOT / name).read_text())
+        assert re.fullmatch(r"[0-9a-f]{40}", result["commit"] or ""), f"{name}: commit {result['commit']}"
+        assert result["run_dir"] == f"runs/{result['run_id']}" and name == f"results/{result['run_id']}.json", name

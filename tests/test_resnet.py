@@ -224,3 +224,32 @@ def test_masked_batch_norm_trains_as_batch_norm_on_the_valid_pixels(momentum):
     with torch.no_grad():  # eval mode: the running estimates, and zero padding
         y, y_ref = ours(x, mask), reference(x)
     assert torch.allclose(y, y_ref * mask[:, None], atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
+def test_without_a_mask_it_dispatches_torchvisions_operations(arch):
+    """The mask-aware layers cost nothing when there is no mask: forward and backward of our model
+    dispatch the same aten operations, as many times each, as torchvision's."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountOperations(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.counts = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.counts[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    theirs = getattr(torchvision.models, arch)()
+    ours = from_torchvision(theirs)
+    x = torch.randn(2, 3, 64, 64)
+    counts = []
+    for model in (ours, theirs):
+        with CountOperations() as counter:
+            model(x).sum().backward()
+        counts.append(counter.counts)
+    assert counts[0] == counts[1], (counts[0] - counts[1], counts[1] - counts[0])
+    assert sum(counts[0].values()) > 200

@@ -79,3 +79,34 @@ def test_the_bench_quick_form_prints_every_row(capsys):
         assert float(line.split("|")[5]) > 0
     latency = [line for line in table.splitlines() if line.startswith("| g |")]
     assert len(latency) == 4 and sum("onnxruntime (" in line for line in latency) == 2
+
+
+def test_profile_records_n_steps_writes_a_trace_and_prints_the_top_operators(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["--paper", "vit", "--max-steps", "8", "--profile", "3", "--wandb", "disabled", "--out", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "profile of steps 3 to 5, operators by self time" in out and "Self CPU" in out and "aten::addmm" in out
+    events = json.loads((run / "profile" / "trace_rank0.json").read_text())["traceEvents"]
+    steps = sorted({e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")})
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"], "the 3rd to 5th steps, after 2 warm-up"
+    assert main(["--paper", "vit", "--max-steps", "4", "--profile", "3", "--wandb", "disabled",
+                 "--out", str(tmp_path / "short")]) == 2
+    assert "--profile 3 records steps 3 to 5, but this run has 4 steps" in capsys.readouterr().err
+    assert not (tmp_path / "short").exists()
+
+
+def test_the_device_monitor_reads_cuda_peaks_and_utilization(monkeypatch):
+    """The CUDA branch, on a machine without a GPU: torch.cuda's readings stood in for."""
+    from common.monitor import DeviceMonitor, short_bytes
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 4 * 2**30)
+    readings = iter([40.0, 60.0])
+    monkeypatch.setattr(torch.cuda, "utilization", lambda device=None: next(readings))
+    monitor = DeviceMonitor(torch.device("cuda", 0))
+    first, second = monitor.read(), monitor.read()
+    assert first["peak_allocated_bytes"] == 3 * 2**30 and first["peak_reserved_bytes"] == 4 * 2**30
+    assert (first["utilization"], second["utilization"]) == (40.0, 60.0) and first["peak_rss_bytes"] > 0
+    assert monitor.summary()["mean_utilization"] == 50.0 and "utilization" not in monitor.summary()
+    assert short_bytes(3 * 2**30) == "3.0G" and short_bytes(1536) == "1.5K"
+    assert "peak_allocated_bytes" not in DeviceMonitor(torch.device("cpu")).read()

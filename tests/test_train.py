@@ -1,5 +1,6 @@
 """End-to-end runs: the run directory, wandb's offline run read back, repeatability, and torchrun."""
 
+import json
 import warnings
 
 import pytest
@@ -124,6 +125,13 @@ def test_default_two_process_vit_run(tmp_path):
     assert result["world_size"] == 2 and result["strategy"] == "ddp" and result["epochs"] == 30
     assert result["final"] >= 0.96
     assert f"test accuracy: {result['final']:.4g}" in proc.stdout
+    # each rank's peak memory: every --log-every steps in metrics.jsonl and the bar, and in result.json
+    assert [set(d) for d in result["device_per_rank"]] == [{"peak_rss_bytes"}] * 2
+    assert all(0 < d["peak_rss_bytes"] < 2**40 for d in result["device_per_rank"])
+    rows = [json.loads(line) for line in (runs[0] / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in rows if "train/loss" in r]
+    assert all(r["device/rank0/peak_rss_bytes"] > 0 and r["device/rank1/peak_rss_bytes"] > 0 for r in logged)
+    assert "mem=" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "runs"], "only the run and its result"
     assert [p.name for p in (tmp_path / "results").iterdir()] == [f"{runs[0].name}.json"]
     assert load_json(tmp_path / "results" / f"{runs[0].name}.json") == result

@@ -12,6 +12,7 @@ Code outside the repository (a test, a user's own data) adds a data set with
 
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Callable
 
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -19,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from common.data import adding, digits, vision
 from common.data.collate import pad_images, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
+from common.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,10 @@ class DatasetSpec:
             file for common.predict; None where samples are not images.
         collate_fn: (samples, pad_multiple) -> (inputs, targets), for samples that the
             built-in stacking and padding cannot batch (targets padded to a common length).
+        reads_folder: the data is read from the user's --data-dir: any failure to read it is
+            an input error (see `read`).
+        fetch: data_dir -> None, downloads the data set into data_dir (--download); None where
+            it cannot be downloaded.
     """
 
     name: str
@@ -57,6 +63,23 @@ class DatasetSpec:
     variable_size: bool = False
     preprocess: Callable[..., dict] | None = None
     collate_fn: Callable[..., tuple] | None = None
+    reads_folder: bool = False
+    fetch: Callable[[str], None] | None = None
+
+    def read(self, data_dir: str | None = None, image_size: int | None = None) -> tuple[Dataset, Dataset]:
+        """The (train, test) datasets. For data read from the user's folder, any failure to read it
+        (files missing, corrupted, of another format) is one ConfigError naming the folder and what
+        is wrong."""
+        if not self.reads_folder:
+            return self.load(data_dir=data_dir, image_size=image_size)
+        try:
+            return self.load(data_dir=data_dir, image_size=image_size)
+        except ConfigError:
+            raise
+        except Exception as e:  # torchvision's readers raise many kinds: RuntimeError, OSError, pickle's ...
+            why = (str(e).strip().splitlines() or [""])[0].replace("You can use download=True to download it",
+                                                                    "--download fetches a fresh copy")
+            raise ConfigError(f"--dataset {self.name}: cannot read {data_dir}: {why} ({type(e).__name__})") from None
 
     def is_variable(self, image_size: int | None = None) -> bool:
         """Samples differ in size, so batches are padded (--image-size N makes them all N x N)."""
@@ -92,16 +115,16 @@ DATASETS = {
                     description=f"the adding problem, lengths {adding.MIN_LENGTH} to {adding.MAX_LENGTH}, "
                                 f"{adding.TRAIN_SIZE:,} train / {adding.TEST_SIZE:,} test sequences"),
         DatasetSpec("cifar10", "classification", "image", vision.cifar10_facts, vision.cifar10_load, resizable=True,
-                    preprocess=vision.cifar10_preprocess,
+                    preprocess=vision.cifar10_preprocess, reads_folder=True, fetch=vision.cifar10_fetch,
                     description="CIFAR-10 from --data-dir (python version), 32x32 RGB, 10 classes"),
         DatasetSpec("mnist", "classification", "image", vision.mnist_facts, vision.mnist_load, resizable=True,
-                    preprocess=vision.mnist_preprocess,
+                    preprocess=vision.mnist_preprocess, reads_folder=True, fetch=vision.mnist_fetch,
                     description="MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
         DatasetSpec("fashion-mnist", "classification", "image", vision.fashion_facts, vision.fashion_load,
-                    resizable=True, preprocess=vision.fashion_preprocess,
+                    resizable=True, preprocess=vision.fashion_preprocess, reads_folder=True, fetch=vision.fashion_fetch,
                     description="Fashion-MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
         DatasetSpec("imagefolder", "classification", "image", vision.imagefolder_facts, vision.imagefolder_load,
-                    resizable=True, preprocess=vision.imagefolder_preprocess,
+                    resizable=True, preprocess=vision.imagefolder_preprocess, reads_folder=True,
                     description="a folder of class subfolders from --data-dir, resized to --image-size"),
     )
 }
@@ -111,6 +134,35 @@ def get_dataset(name: str) -> DatasetSpec:
     if name not in DATASETS:
         raise ValueError(f"unknown dataset '{name}'; choose from: {', '.join(DATASETS)}")
     return DATASETS[name]
+
+
+def download(spec: DatasetSpec, data_dir: str) -> str:
+    """Fetch a data set into data_dir with torchvision's download (what is there already and passes
+    its md5 check is kept); one process at a time (a file lock), so every rank of a launch may call it.
+    Returns a line saying where the files are. A failure (no network) is a ConfigError, and a folder
+    that the attempt created is removed again."""
+    import contextlib
+    import io
+    import shutil
+
+    from filelock import FileLock
+
+    if spec.fetch is None:
+        fetchable = ", ".join(name for name, d in DATASETS.items() if d.fetch)
+        raise ConfigError(f"--download does not apply to {spec.name}; it fetches {fetchable}")
+    root, existed = Path(data_dir), Path(data_dir).exists()
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(root / ".download.lock"), contextlib.redirect_stdout(io.StringIO()):  # torchvision prints
+            spec.fetch(str(root))
+    except Exception as e:  # no network, a refused connection, a failed md5 check
+        if not existed:
+            shutil.rmtree(root, ignore_errors=True)
+        why = (str(e).strip().splitlines() or [""])[0]
+        raise ConfigError(f"--download: could not fetch {spec.name} into {root} ({type(e).__name__}: {why}); "
+                          f"without a network, put its files there yourself") from None
+    (root / ".download.lock").unlink(missing_ok=True)
+    return f"--download: {spec.name} is in {root}/"
 
 
 def register(spec: DatasetSpec) -> DatasetSpec:

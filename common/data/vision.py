@@ -1,7 +1,8 @@
 """Real image data sets, read from a local folder (--data-dir) with torchvision's readers.
 
-Nothing is downloaded: a missing or empty folder is an input error that says
-which files are expected where.
+Nothing is downloaded unless the user asks (--download: torchvision fetches
+CIFAR-10, MNIST or Fashion-MNIST into the folder). A missing or empty folder
+is an input error that says which files are expected where.
 """
 
 import pickle
@@ -71,6 +72,11 @@ def cifar10_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]
             datasets.CIFAR10(data_dir, train=False, transform=t, download=False))
 
 
+def cifar10_fetch(data_dir: str) -> None:
+    """torchvision's download of the python version into data_dir/cifar-10-batches-py/ (md5-checked)."""
+    datasets.CIFAR10(data_dir, train=True, download=True)
+
+
 # ---------------------------------------------------------------- MNIST and Fashion-MNIST
 
 IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
@@ -94,12 +100,16 @@ def _mnist_like(name: str, reader, folder: str, stats):
         facts(data_dir, image_size)
         return _preprocessing(stats, "L", image_size or 28, list(reader.classes))
 
-    return facts, load, preprocess
+    def fetch(data_dir: str) -> None:
+        """torchvision's download of the four files into data_dir/<folder>/raw/ (md5-checked, uncompressed)."""
+        reader(data_dir, train=True, download=True)
+
+    return facts, load, preprocess, fetch
 
 
-mnist_facts, mnist_load, mnist_preprocess = _mnist_like("mnist", datasets.MNIST, "MNIST", MNIST_STATS)
-fashion_facts, fashion_load, fashion_preprocess = _mnist_like("fashion-mnist", datasets.FashionMNIST, "FashionMNIST",
-                                                              FASHION_STATS)
+mnist_facts, mnist_load, mnist_preprocess, mnist_fetch = _mnist_like("mnist", datasets.MNIST, "MNIST", MNIST_STATS)
+fashion_facts, fashion_load, fashion_preprocess, fashion_fetch = _mnist_like(
+    "fashion-mnist", datasets.FashionMNIST, "FashionMNIST", FASHION_STATS)
 
 
 # ---------------------------------------------------------------- a folder of class subfolders
@@ -136,6 +146,17 @@ def imagefolder_facts(data_dir=None, image_size=None, **_) -> dict:
     return dict(num_classes=len(classes), in_chans=3, img_size=image_size)
 
 
+def _check_image(path: str) -> None:
+    """An image file Pillow can open (its header, read now rather than in the middle of training)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image.size
+    except (OSError, UnidentifiedImageError) as e:
+        raise ConfigError(f"--dataset imagefolder: {path} is not an image Pillow can read ({e})") from None
+
+
 def imagefolder_preprocess(data_dir=None, image_size=None, **_) -> dict:
     imagefolder_facts(data_dir, image_size)
     return _preprocessing(IMAGENET_STATS, "RGB", image_size, _classes(_folder_roots(data_dir)[0]))
@@ -147,8 +168,11 @@ def imagefolder_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Data
     train_root, test_root = _folder_roots(data_dir)
     t = _transform(IMAGENET_STATS, image_size)
     train = datasets.ImageFolder(train_root, transform=t)
-    if test_root is not None:
-        return train, datasets.ImageFolder(test_root, transform=t)
+    test = datasets.ImageFolder(test_root, transform=t) if test_root is not None else None
+    for path, _ in train.samples + (test.samples if test is not None else []):
+        _check_image(path)
+    if test is not None:
+        return train, test
     from sklearn.model_selection import train_test_split
 
     counts = Counter(train.targets)

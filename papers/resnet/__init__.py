@@ -6,25 +6,6 @@ import torch.nn as nn
 from papers import PaperSpec
 from papers.resnet.model import FLAVORS, Projection, ResNet
 
-PAPER = PaperSpec(
-    name="resnet",
-    family="cnn",
-    title="Deep Residual Learning for Image Recognition",
-    authors="He, Zhang, Ren, Sun",
-    year=2015,
-    url="https://arxiv.org/abs/1512.03385",
-    model=ResNet,
-    flavors=FLAVORS,
-    inputs="image",
-    task="classification",
-    data_kwargs=("num_classes", "in_chans"),
-    defaults=dict(dataset="digits", epochs=15, batch_size=64, lr=3e-3, weight_decay=0.05, warmup_steps=20,
-                  label_smoothing=0.1, clip_grad=1.0),
-    reference="torchvision.models.resnet18/34/50/101/152",
-    shard_blocks="stages",
-    padded_batches=True,
-)
-
 
 def from_torchvision(tv_model: nn.Module) -> ResNet:
     """Our ResNet holding the weights of a torchvision `ResNet` (resnet18/34/50/101/152 or the
@@ -97,3 +78,24 @@ def from_torchvision(tv_model: nn.Module) -> ResNet:
     with torch.no_grad():
         model.load_state_dict({ours: src[theirs] for ours, theirs in ours_to_theirs.items()})  # strict
     return model
+
+
+PAPER = PaperSpec(
+    name="resnet",
+    family="cnn",
+    title="Deep Residual Learning for Image Recognition",
+    authors="He, Zhang, Ren, Sun",
+    year=2015,
+    url="https://arxiv.org/abs/1512.03385",
+    model=ResNet,
+    flavors=FLAVORS,
+    inputs="image",
+    task="classification",
+    data_kwargs=("num_classes", "in_chans"),
+    defaults=dict(dataset="digits", epochs=15, batch_size=64, lr=3e-3, weight_decay=0.05, warmup_steps=20,
+                  label_smoothing=0.1, clip_grad=1.0),
+    reference="torchvision.models.resnet18/34/50/101/152",
+    shard_blocks="stages",
+    padded_batches=True,
+    pretrained={"torchvision": from_torchvision},
+)

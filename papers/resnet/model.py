@@ -105,9 +105,10 @@ class BasicBlock(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, C, H, W), zero outside mask (B, H, W); returns y and its mask (B, H/s, W/s)."""
         mask = downsample_mask(mask, self.stride)
-        residual = F.relu(self.bn1(self.conv1(x), mask))  # (B, width, H/s, W/s)
+        residual = F.relu(self.bn1(self.conv1(x), mask), inplace=True)  # (B, width, H/s, W/s)
         residual = self.bn2(self.conv2(residual), mask)  # F(x, {W_1, W_2})
-        return F.relu(residual + self.shortcut(x, mask)), mask  # y = F(x) + x, then the second nonlinearity
+        residual += self.shortcut(x, mask)  # y = F(x) + x
+        return F.relu(residual, inplace=True), mask  # then the second nonlinearity
 
 
 class Bottleneck(nn.Module):
@@ -140,10 +141,11 @@ class Bottleneck(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, C, H, W), zero outside mask (B, H, W); returns y and its mask (B, H/s, W/s)."""
         out_mask = downsample_mask(mask, self.stride)
-        residual = F.relu(self.bn1(self.conv1(x), mask))  # (B, width, H, W)
-        residual = F.relu(self.bn2(self.conv2(residual), out_mask))  # (B, width, H/s, W/s)
+        residual = F.relu(self.bn1(self.conv1(x), mask), inplace=True)  # (B, width, H, W)
+        residual = F.relu(self.bn2(self.conv2(residual), out_mask), inplace=True)  # (B, width, H/s, W/s)
         residual = self.bn3(self.conv3(residual), out_mask)  # F(x), (B, 4 width, H/s, W/s)
-        return F.relu(residual + self.shortcut(x, out_mask)), out_mask
+        residual += self.shortcut(x, out_mask)  # y = F(x) + x
+        return F.relu(residual, inplace=True), out_mask
 
 
 BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
@@ -179,7 +181,7 @@ class Stem(nn.Module):
     def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         mask = downsample_mask(mask, self.conv.stride[0])
-        x = F.relu(self.bn(self.conv(images), mask))  # (B, width, H/2, W/2) or (B, width, H, W)
+        x = F.relu(self.bn(self.conv(images), mask), inplace=True)  # (B, width, H/2, W/2) or (B, width, H, W)
         if self.pool is not None:
             # x >= 0 after the ReLU, so zero padding gives the max of the pool's own -inf padding
             # at the valid outputs; but a window on the edge reaches into the padding, so re-zero it.
@@ -223,6 +225,7 @@ class ResNet(nn.Module):
         if len(layers) != len(widths) or not layers:
             raise ValueError(f"layers {tuple(layers)} and widths {tuple(widths)} must name the same stages")
         Block = BLOCKS[block]
+        self.in_chans = in_chans
         self.stem = Stem(stem, in_chans, widths[0])
         stages, chans = [], widths[0]
         for i, (n, width) in enumerate(zip(layers, widths)):
@@ -250,6 +253,15 @@ class ResNet(nn.Module):
     def no_weight_decay(self) -> set[str]:
         """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
         return set()
+
+    def get_classifier(self) -> nn.Linear:
+        return self.fc
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A new fully-connected layer for num_classes, with nn.Linear's default initialisation
+        (as in `reset_parameters`)."""
+        W = self.fc.weight
+        self.fc = nn.Linear(self.num_features, num_classes, device=W.device, dtype=W.dtype)
 
     def forward_features(self, images: torch.Tensor, mask: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -5,25 +5,6 @@ import torch
 from papers import PaperSpec
 from papers.vit.model import FLAVORS, VisionTransformer
 
-PAPER = PaperSpec(
-    name="vit",
-    family="transformer",
-    title="An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale",
-    authors="Dosovitskiy, Beyer, Kolesnikov, Weissenborn, Zhai, Unterthiner, Dehghani, Minderer, Heigold, Gelly, Uszkoreit, Houlsby",
-    year=2020,
-    url="https://arxiv.org/abs/2010.11929",
-    model=VisionTransformer,
-    flavors=FLAVORS,
-    inputs="image",
-    task="classification",
-    defaults=dict(dataset="digits", epochs=30, batch_size=64, lr=5e-4, weight_decay=0.05, warmup_steps=50,
-                  label_smoothing=0.1, clip_grad=1.0),
-    reference="timm VisionTransformer (class token, learned position embedding, token pooling)",
-    data_kwargs=("num_classes", "in_chans", "img_size"),
-    shard_blocks="blocks",
-    padded_batches=True,
-)
-
 
 def from_timm(timm_vit) -> VisionTransformer:
     """Our ViT holding the weights of a timm `VisionTransformer` (class token, token pooling).
@@ -62,3 +43,24 @@ def from_timm(timm_vit) -> VisionTransformer:
     with torch.no_grad():
         model.load_state_dict(state)  # strict: every tensor of ours is set
     return model
+
+
+PAPER = PaperSpec(
+    name="vit",
+    family="transformer",
+    title="An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale",
+    authors="Dosovitskiy, Beyer, Kolesnikov, Weissenborn, Zhai, Unterthiner, Dehghani, Minderer, Heigold, Gelly, Uszkoreit, Houlsby",
+    year=2020,
+    url="https://arxiv.org/abs/2010.11929",
+    model=VisionTransformer,
+    flavors=FLAVORS,
+    inputs="image",
+    task="classification",
+    defaults=dict(dataset="digits", epochs=30, batch_size=64, lr=5e-4, weight_decay=0.05, warmup_steps=50,
+                  label_smoothing=0.1, clip_grad=1.0),
+    reference="timm VisionTransformer (class token, learned position embedding, token pooling)",
+    data_kwargs=("num_classes", "in_chans", "img_size"),
+    shard_blocks="blocks",
+    padded_batches=True,
+    pretrained={"timm": from_timm},
+)

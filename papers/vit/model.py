@@ -106,8 +106,9 @@ class VisionTransformer(nn.Module):
         H, W = (img_size, img_size) if isinstance(img_size, int) else img_size
         if H % patch_size or W % patch_size:
             raise ValueError(f"image size {H}x{W} is not a multiple of the patch size {patch_size}")
-        self.patch_size = patch_size
+        self.patch_size, self.in_chans = patch_size, in_chans
         self.input_multiple = patch_size  # image sides must divide into patches (the trainer pads to it)
+        self.img_size = (H, W)
         self.grid_size = (H // patch_size, W // patch_size)  # the grid E_pos is learned on
         num_patches = self.grid_size[0] * self.grid_size[1]
         self.E = nn.Linear(patch_size * patch_size * in_chans, dim)  # patch embedding, Eq. 1
@@ -131,6 +132,30 @@ class VisionTransformer(nn.Module):
     def no_weight_decay(self) -> set[str]:
         """Embeddings that AdamW leaves without weight decay (norms and biases never get it)."""
         return {"x_class", "E_pos"}
+
+    def get_classifier(self) -> nn.Linear:
+        return self.head
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A new head for fine-tuning: "we remove the pre-trained prediction head and attach a
+        zero-initialized D x K feedforward layer, where K is the number of downstream classes" (Section 3.2)."""
+        W = self.head.weight
+        self.head = nn.Linear(W.shape[1], num_classes, device=W.device, dtype=W.dtype)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def resize_position_embeddings(self, img_size: int | tuple[int, int]) -> None:
+        """Make another image size the learned one: E_pos interpolated to its patch grid once
+        (Section 3.2, see `E_pos_grid`), so that images of that size use it as it is."""
+        H, W = (img_size, img_size) if isinstance(img_size, int) else img_size
+        P = self.patch_size
+        if H % P or W % P:
+            raise ValueError(f"image size {H}x{W} is not a multiple of the patch size {P}")
+        with torch.no_grad():
+            patches = rearrange(self.E_pos_grid(H // P, W // P), "h w d -> 1 (h w) d")  # (1, HW/P^2, D)
+            E_pos = torch.cat([self.E_pos[:, :1], patches], dim=1)  # (1, 1 + HW/P^2, D), the class token's kept
+        self.E_pos = nn.Parameter(E_pos.contiguous(), requires_grad=self.E_pos.requires_grad)
+        self.img_size, self.grid_size = (H, W), (H // P, W // P)
 
     def patch_grids(self, images: torch.Tensor, mask: torch.Tensor | None) -> list[tuple[int, int]] | None:
         """Each sample's valid rectangle counted in patches, (h_i / P, w_i / P).

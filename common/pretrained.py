@@ -1,0 +1,207 @@
+"""Fine-tuning from a reference implementation's pretrained weights: `--init REF`.
+
+REF names a reference model and where its weights come from:
+
+    timm:NAME           timm.create_model(NAME, pretrained=True): timm's own download and cache
+    torchvision:NAME    torchvision.models.get_model(NAME, weights="DEFAULT"): torchvision's
+    SOURCE:NAME@FILE    the reference built without weights, then FILE read into it: safetensors
+                        (*.safetensors), else a PyTorch file (torch.load, weights_only=True) holding
+                        a state dict, plain or under "state_dict" or "model"
+
+The paper's own loader (`PaperSpec.pretrained[SOURCE]`, the parity loader its tests check)
+turns the reference into our model, which is then adapted to the data set as the ViT paper
+fine-tunes (Section 3.2): a head of another number of classes (or none, as timm's pre-training
+weights such as vit_base_patch16_224.orig_in21k) is replaced by a new one, initialised as the
+paper initialises it; the position embeddings of a model with another image size are
+interpolated to the new patch grid once. Another number of input channels is refused. Every
+mistake is a one-line ConfigError; every adaptation is a note line.
+"""
+
+import difflib
+import re
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from common.errors import ConfigError
+
+FORMS = "timm:NAME, torchvision:NAME, or either as SOURCE:NAME@FILE (weights read from a local file)"
+
+
+def parse_init(text: str) -> tuple[str, str, Path | None]:
+    """(source, model name, weights file or None) of an --init value; ConfigError when malformed."""
+    match = re.fullmatch(r"([^:@\s]+):([^@\s]+)(?:@(.+))?", text.strip())
+    if not match:
+        raise ConfigError(f"--init {text!r} names no reference model; use {FORMS}")
+    source, name, file = match.groups()
+    if source not in SOURCES:
+        raise ConfigError(f"--init {text}: unknown source '{source}'; use {FORMS}")
+    return source, name, Path(file) if file else None
+
+
+def _timm(name: str, pretrained: bool) -> nn.Module:
+    import timm
+
+    if not timm.is_model(name):
+        close = difflib.get_close_matches(name, timm.list_models(), n=3)
+        raise ConfigError(f"unknown timm model '{name}'" + (f"; did you mean {', '.join(close)}?" if close else ""))
+    if pretrained and not timm.is_model_pretrained(name):
+        raise ConfigError(f"timm has no pretrained weights for '{name}'; pass a weights file: timm:{name}@FILE")
+    return timm.create_model(name, pretrained=pretrained)
+
+
+def _torchvision(name: str, pretrained: bool) -> nn.Module:
+    import torchvision
+
+    names = torchvision.models.list_models()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        raise ConfigError(f"unknown torchvision model '{name}'"
+                          + (f"; did you mean {', '.join(close)}?" if close else ""))
+    return torchvision.models.get_model(name, weights="DEFAULT" if pretrained else None)
+
+
+# source -> (model name, download?) -> the reference model. A paper's PaperSpec.pretrained
+# names which of these it loads from.
+SOURCES = {"timm": _timm, "torchvision": _torchvision}
+
+
+def _one_line(error: Exception, limit: int = 160) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _read_weights(file: Path, init: str) -> dict[str, torch.Tensor]:
+    """The state dict in a safetensors or PyTorch file."""
+    if not file.exists():
+        raise ConfigError(f"--init {init}: weights file {file} does not exist")
+    if not file.is_file():
+        raise ConfigError(f"--init {init}: weights file {file} is not a file")
+    kind = "safetensors" if file.suffix == ".safetensors" else "a PyTorch file"
+    try:
+        if kind == "safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(file, device="cpu")
+        else:
+            state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # unreadable, truncated, or not weights: the user's file either way
+        raise ConfigError(f"--init {init}: cannot read {file} as {kind}: {_one_line(e)}") from e
+    if isinstance(state, dict):
+        state = next((state[k] for k in ("state_dict", "model") if isinstance(state.get(k), dict)), state)
+    if not (isinstance(state, dict) and state
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())):
+        raise ConfigError(f"--init {init}: {file} holds no state dict (tensor names -> tensors), plain or under "
+                          f"'state_dict' or 'model'")
+    return state
+
+
+def _load_weights(reference: nn.Module, state: dict[str, torch.Tensor], file: Path, init: str, name: str) -> None:
+    own = reference.state_dict()
+    missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
+    wrong = sorted(k for k in own.keys() & state.keys() if own[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        what = [f"{len(missing)} tensors missing ({', '.join(missing[:3])})" if missing else "",
+                f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])})" if unexpected else "",
+                f"{len(wrong)} of another shape ("
+                + "; ".join(f"{k}: {_size(state[k])} in the file, {_size(own[k])} in {name}" for k in wrong[:3]) + ")"
+                if wrong else ""]
+        raise ConfigError(f"--init {init}: {file} does not hold the weights of {name}: "
+                          + ", ".join(w for w in what if w))
+    with torch.no_grad():
+        reference.load_state_dict(state)
+
+
+def _size(t: torch.Tensor) -> str:
+    return "x".join(map(str, t.shape)) or "a scalar"
+
+
+def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool) -> list[str]:
+    """Fit a loaded model to the data set's facts (those the paper's model is built for); the notes.
+    headless: the reference came without a head, so the model needs a new one whatever its size."""
+    notes = []
+    if "in_chans" in spec.data_kwargs and model.in_chans != facts["in_chans"]:
+        raise ConfigError(f"--init {init}: the model reads {model.in_chans} input channels, the data set has "
+                          f"{facts['in_chans']}")
+    if "img_size" in spec.data_kwargs and tuple(model.img_size) != _pair(facts["img_size"]):
+        (h, w), (H, W) = model.img_size, _pair(facts["img_size"])
+        try:
+            model.resize_position_embeddings((H, W))
+        except ValueError as e:
+            raise ConfigError(f"--init {init}: cannot fine-tune at {H}x{W}: {e}") from e
+        notes.append(f"--init {init}: position embeddings learned on {h}x{w} images interpolated to {H}x{W} "
+                     f"(once, 2D bicubic)")
+    classes = model.get_classifier().out_features
+    if headless or ("num_classes" in spec.data_kwargs and classes != facts["num_classes"]):
+        n = facts.get("num_classes", classes)
+        model.reset_classifier(n)
+        what = ("it has no head (pre-training weights): a new one" if headless
+                else f"head of {classes} classes replaced by a new one")
+        notes.append(f"--init {init}: {what} of {n} classes, initialised as the paper's")
+    return notes
+
+
+def reference_model(spec, init: str, facts: dict, weights: bool = True) -> tuple[nn.Module, list[str]]:
+    """The paper's model holding a reference model's pretrained weights, fitted to a data set.
+
+    Args:
+        spec: the paper (papers.PaperSpec); its `pretrained` loaders say which sources it reads.
+        init: the --init value (see `parse_init`).
+        facts: the data set's facts (num_classes, in_chans, img_size, ...; common.data.DatasetSpec).
+        weights: False builds the same architecture without weights: the reference created
+            without pretrained weights, no download, no file read (to rebuild the model for a
+            resume, an export or a FLOP count). Parameter names and shapes are those of True.
+
+    Returns:
+        The model, and notes (one line each) saying what was adapted to the data set.
+    """
+    source, name, file = parse_init(init)
+    loader = spec.pretrained.get(source)
+    if loader is None:
+        has = ", ".join(f"{s}:NAME" for s in spec.pretrained) or "none: it trains from scratch only"
+        raise ConfigError(f"--init {init}: paper {spec.name} has no loader for {source} weights (it has: {has})")
+    missing = [k for k in spec.data_kwargs if k not in facts]
+    if missing:
+        raise ValueError(f"{spec.name} needs {', '.join(missing)} from the dataset, which does not give it")
+
+    state = _read_weights(file, init) if weights and file is not None else None
+    download = weights and file is None
+    try:
+        reference = SOURCES[source](name, pretrained=download)
+    except ConfigError as e:  # an unknown model name
+        raise ConfigError(f"--init {init}: {e}") from None
+    except OSError as e:  # timm (huggingface_hub) and torchvision (urllib) both raise one when offline
+        if not download:
+            raise
+        raise ConfigError(f"--init {init}: cannot fetch the {source} weights of {name}, nor find them in its cache "
+                          f"({type(e).__name__}); download them where there is a network, or pass a local copy: "
+                          f"--init {source}:{name}@FILE") from e
+    if state is not None:
+        _load_weights(reference, state, file, init, f"{source}:{name}")
+    headless = getattr(reference, "num_classes", None) == 0  # timm's pre-training weights (e.g. *.orig_in21k)
+    if headless:
+        reference.reset_classifier(facts.get("num_classes", 1))  # a stand-in, replaced below
+    try:
+        model = loader(reference)
+    except ValueError as e:  # a reference with parts the paper's model has not
+        raise ConfigError(f"--init {init}: {e}") from e
+    return model, _adapt(model, spec, facts, init, headless)
+
+
+def architecture_name(init: str) -> str:
+    """What stands in for --flavor in a run started from a reference: SOURCE:NAME (without the file)."""
+    source, name, _ = parse_init(init)
+    return f"{source}:{name}"
+
+
+def build_model(spec, flavor: str, init: str | None, facts: dict) -> nn.Module:
+    """The model a run trains: the flavor's, or with --init the reference's architecture (random
+    weights, nothing downloaded or read: `reference_model(..., weights=False)`)."""
+    if init is None:
+        return spec.build_for_data(flavor, facts)
+    return reference_model(spec, init, facts, weights=False)[0]
