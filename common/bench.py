@@ -151,7 +151,8 @@ def row_a(args, device) -> list[dict]:
         def trainer() -> float:
             with tempfile.TemporaryDirectory() as tmp:
                 result = _quiet(train, resolve({"paper": name, "wandb": "disabled", "max_steps": args.steps,
-                                                "log_every": 10, "out": f"{tmp}/run"}), [])
+                                                "log_every": 10, "out": f"{tmp}/run",
+                                                "results_dir": f"{tmp}/results"}), [])  # not the store
             return result["samples_per_s"]
 
         def bare() -> float:
@@ -274,10 +275,18 @@ def row_e(args, device) -> list[dict]:
     return out
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _run_train(flags: list[str], nproc: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        launcher = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)] if nproc > 1
-                    else [sys.executable])
+        launcher = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master-port",
+                     str(_free_port())] if nproc > 1 else [sys.executable])
         subprocess.run(launcher + [str(ROOT / "train.py"), *flags, "--wandb", "disabled", "--out", f"{tmp}/run"],
                        check=True, capture_output=True, cwd=tmp)
         return json.loads(Path(f"{tmp}/run/result.json").read_text())

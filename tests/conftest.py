@@ -58,9 +58,15 @@ def launch_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "WANDB_SERVICE")}
 
 
+def torchrun_command(nproc: int = 2) -> list[str]:
+    """`torchrun --nproc_per_node N`, on a free port of its own (tests run side by side)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+            "--master-port", str(free_port())]
+
+
 def torchrun(args: list[str], cwd: Path, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node N train.py ARGS` from `cwd`, as a user types it."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), str(ROOT / "train.py"), *args]
+    cmd = [*torchrun_command(nproc), str(ROOT / "train.py"), *args]
     proc = subprocess.run(cmd, cwd=cwd, env=launch_env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from tests.conftest import ROOT, launch_env, load_json
+from tests.conftest import ROOT, launch_env, load_json, torchrun_command
 
 EXAMPLE = ROOT / "tests" / "example_paper"
 REGISTRY_WIDE = ["tests/test_papers.py", "tests/test_export.py", "tests/test_variable.py"]
@@ -46,8 +46,7 @@ def test_a_paper_written_from_the_readme_alone_is_covered_by_the_registry_wide_t
                       "test_it_fits_a_small_fixed_batch_at_its_own_learning_rate",
                       "test_every_paper_exports_and_onnxruntime_agrees"}, tests.stdout[-3000:]
 
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          str(repo / "train.py"), "--paper", "allconv", "--wandb", "disabled"],
+    run = subprocess.run([*torchrun_command(2), str(repo / "train.py"), "--paper", "allconv", "--wandb", "disabled"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = load_json(next((tmp_path / "runs").iterdir()) / "result.json")

@@ -7,7 +7,6 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from common import checkpoint
 from common.parallel import Env
 from papers.vit.model import VisionTransformer
 from tests.conftest import (ROOT, bitwise_equal, interrupted_copy, launch_env, load_json, max_difference, torchrun,
-                            tree_snapshot, wandb_run_folders, weights)
+                            torchrun_command, tree_snapshot, wandb_run_folders, weights)
 from train import main
 
 FLAGS = ["--paper", "vit", "--max-steps", "30", "--ckpt-every", "5", "--keep-ckpts", "10", "--clip-grad", "0.5"]
@@ -107,8 +106,7 @@ def _children(pid: int) -> list[int]:
 def test_torchrun_restarts_a_killed_worker_and_the_run_finishes_once(ddp_run, tmp_path):
     """SIGKILL one worker just after the first checkpoint: torchrun restarts the group, the new
     workers find the same default run directory, resume, and finish with the uninterrupted weights."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts", "1",
-           str(ROOT / "train.py"), *FLAGS, "--wandb", "offline"]
+    cmd = [*torchrun_command(2), "--max-restarts", "1", str(ROOT / "train.py"), *FLAGS, "--wandb", "offline"]
     launcher = subprocess.Popen(cmd, cwd=tmp_path, env=launch_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
     deadline = time.time() + 120

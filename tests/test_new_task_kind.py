@@ -127,7 +127,7 @@ if __name__ == "__main__":  # under torchrun: register, then train as train.py d
 
 # ---------------------------------------------------------------- the tests
 
-from tests.conftest import ROOT, launch_env, load_json, max_difference, weights  # noqa: E402
+from tests.conftest import ROOT, launch_env, load_json, max_difference, torchrun_command, weights  # noqa: E402
 
 FLAGS = ["--paper", "attribute-net", "--wandb", "disabled"]
 
@@ -199,7 +199,7 @@ def test_a_new_task_kind_trains_under_ddp_with_two_processes_and_scores_the_whol
 
     from train import main
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", __file__, *FLAGS,
+    cmd = [*torchrun_command(2), __file__, *FLAGS,
            "--out", str(tmp_path / "ddp"), "--results-dir", str(tmp_path / "results")]
     env = launch_env() | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -8,8 +8,6 @@ seed, so every run of every paper is scored on the same 360 test images.
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset, TensorDataset
 
 SPLIT_SEED = 0
@@ -18,6 +16,9 @@ TEST_FRACTION = 0.2
 
 def split_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The fixed stratified split: x_train, x_test (N, 8, 8) in [0, 16], y_train, y_test."""
+    from sklearn.datasets import load_digits  # imported here: it takes a second or two
+    from sklearn.model_selection import train_test_split
+
     digits = load_digits()
     return train_test_split(
         digits.images, digits.target, test_size=TEST_FRACTION, stratify=digits.target, random_state=SPLIT_SEED

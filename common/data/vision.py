@@ -10,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 
 from torch.utils.data import Dataset, Subset
-from torchvision import datasets, transforms
 
 from common.errors import ConfigError
 
@@ -23,7 +22,16 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 SPLIT_SEED, TEST_FRACTION = 0, 0.2
 
 
+def _datasets():
+    """torchvision.datasets, imported when a real data set is read (it takes a second or two to import)."""
+    from torchvision import datasets
+
+    return datasets
+
+
 def _transform(stats, image_size: int | None):
+    from torchvision import transforms
+
     steps = [transforms.Resize((image_size, image_size))] if image_size else []
     return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(*stats)])
 
@@ -68,13 +76,13 @@ def cifar10_preprocess(data_dir=None, image_size=None, **_) -> dict:
 def cifar10_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]:
     cifar10_facts(data_dir, image_size)
     t = _transform(CIFAR10_STATS, image_size)
-    return (datasets.CIFAR10(data_dir, train=True, transform=t, download=False),
-            datasets.CIFAR10(data_dir, train=False, transform=t, download=False))
+    return (_datasets().CIFAR10(data_dir, train=True, transform=t, download=False),
+            _datasets().CIFAR10(data_dir, train=False, transform=t, download=False))
 
 
 def cifar10_fetch(data_dir: str) -> None:
     """torchvision's download of the python version into data_dir/cifar-10-batches-py/ (md5-checked)."""
-    datasets.CIFAR10(data_dir, train=True, download=True)
+    _datasets().CIFAR10(data_dir, train=True, download=True)
 
 
 # ---------------------------------------------------------------- MNIST and Fashion-MNIST
@@ -82,7 +90,9 @@ def cifar10_fetch(data_dir: str) -> None:
 IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 
 
-def _mnist_like(name: str, reader, folder: str, stats):
+def _mnist_like(name: str, reader_name: str, folder: str, stats):
+    """facts, load, preprocess and fetch of torchvision's `reader_name` reader (MNIST's format)."""
+    reader = lambda *args, **kwargs: getattr(_datasets(), reader_name)(*args, **kwargs)
     expected = [f"{folder}/raw/{f}" for f in IDX_FILES]
     where = f"{folder}/raw/ with the four uncompressed idx files ({', '.join(IDX_FILES)})"
 
@@ -98,7 +108,7 @@ def _mnist_like(name: str, reader, folder: str, stats):
 
     def preprocess(data_dir=None, image_size=None, **_) -> dict:
         facts(data_dir, image_size)
-        return _preprocessing(stats, "L", image_size or 28, list(reader.classes))
+        return _preprocessing(stats, "L", image_size or 28, list(getattr(_datasets(), reader_name).classes))
 
     def fetch(data_dir: str) -> None:
         """torchvision's download of the four files into data_dir/<folder>/raw/ (md5-checked, uncompressed)."""
@@ -107,9 +117,9 @@ def _mnist_like(name: str, reader, folder: str, stats):
     return facts, load, preprocess, fetch
 
 
-mnist_facts, mnist_load, mnist_preprocess, mnist_fetch = _mnist_like("mnist", datasets.MNIST, "MNIST", MNIST_STATS)
+mnist_facts, mnist_load, mnist_preprocess, mnist_fetch = _mnist_like("mnist", "MNIST", "MNIST", MNIST_STATS)
 fashion_facts, fashion_load, fashion_preprocess, fashion_fetch = _mnist_like(
-    "fashion-mnist", datasets.FashionMNIST, "FashionMNIST", FASHION_STATS)
+    "fashion-mnist", "FashionMNIST", "FashionMNIST", FASHION_STATS)
 
 
 # ---------------------------------------------------------------- a folder of class subfolders
@@ -167,8 +177,8 @@ def imagefolder_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Data
     imagefolder_facts(data_dir, image_size)
     train_root, test_root = _folder_roots(data_dir)
     t = _transform(IMAGENET_STATS, image_size)
-    train = datasets.ImageFolder(train_root, transform=t)
-    test = datasets.ImageFolder(test_root, transform=t) if test_root is not None else None
+    train = _datasets().ImageFolder(train_root, transform=t)
+    test = _datasets().ImageFolder(test_root, transform=t) if test_root is not None else None
     for path, _ in train.samples + (test.samples if test is not None else []):
         _check_image(path)
     if test is not None:
