@@ -1,4 +1,6 @@
-"""The built-in digits split, and each rank's share of it."""
+"""The built-in digits split and each rank's share of it, and the built-in shapes."""
+
+import warnings
 
 import numpy as np
 import torch
@@ -46,3 +48,29 @@ def test_evaluation_shards_are_disjoint_and_cover_the_test_set():
         for x, _ in eval_loader(test, 50, rank=rank, world_size=3):
             seen.extend(x.flatten(1).tolist())
     assert sorted(seen) == sorted(test.tensors[0].flatten(1).tolist())
+
+
+def test_shapes_are_fixed_balanced_colour_images_that_a_linear_model_cannot_read():
+    """The built-in colour data set: the same images every time, ten balanced classes, and hard
+    enough that logistic regression on the pixels scores under 0.5 (chance: 0.1)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from common.data import shapes
+
+    train, test = get_dataset("shapes").load()
+    assert (len(train), len(test)) == (shapes.TRAIN_SIZE, shapes.TEST_SIZE) == (10_000, 2_000)
+    x, y = train[0]
+    assert x.shape == (3, 32, 32) and x.dtype == torch.float32 and abs(float(x.mean())) < 3
+    assert torch.bincount(train.labels).tolist() == [1000] * 10
+    rng = np.random.default_rng(shapes.SEEDS["test"])
+    labels = rng.permutation(np.arange(shapes.TEST_SIZE) % 10)
+    again = np.rint(shapes.draw(labels[:1000], rng) * 255).astype(np.uint8)
+    assert np.array_equal(again, test.images[:1000].numpy()), "drawn again from the seed, the same images"
+    assert get_dataset("shapes").load(image_size=48)[0][0][0].shape == (3, 48, 48)
+
+    pixels = lambda d, n: (d.images[:n].reshape(n, -1).float() / 255).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lbfgs may stop before it converges: it fits the training images anyway
+        model = LogisticRegression(max_iter=100).fit(pixels(train, 1500), train.labels[:1500].numpy())
+    assert model.score(pixels(train, 1500), train.labels[:1500].numpy()) > 0.9, "it fits what it saw"
+    assert model.score(pixels(test, 2000), test.labels.numpy()) < 0.5

@@ -17,7 +17,7 @@ from typing import Callable
 
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, digits, vision
+from common.data import adding, digits, shapes, vision
 from common.data.collate import pad_images, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
@@ -110,6 +110,10 @@ DATASETS = {
         DatasetSpec("digits-canvas", "classification", "image", digits.canvas_facts, digits.load_canvas,
                     variable_size=True, resizable=True, preprocess=digits.canvas_preprocessing,
                     description="the digits scaled 1x to 3x at random spots of square canvases of 16 to 48 pixels"),
+        DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
+                    preprocess=shapes.preprocessing,
+                    description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "
+                                f"shapes of random colour, size, rotation and place on cluttered backgrounds"),
         DatasetSpec("adding", "regression", "sequence", _fixed(num_classes=1, input_size=2), adding.load,
                     variable_size=True,
                     description=f"the adding problem, lengths {adding.MIN_LENGTH} to {adding.MAX_LENGTH}, "
