@@ -44,6 +44,23 @@ def training_flops(build_model, inputs, targets, forward_loss) -> float:
     return counter.get_total_flops()
 
 
+def forward_macs(build_model, *inputs_shape: int) -> int:
+    """Multiply-adds of one forward pass in eval mode on one input of this shape (C, H, W) or (T, F),
+    counted on the meta device: what papers call "multiply-adds" or "FLOPs" (one multiply and one add
+    each; FlopCounterMode counts them as 2 FLOPs).
+
+    Args:
+        build_model: () -> the model (called under torch.device("meta")).
+        inputs_shape: one sample's shape, without the batch.
+    """
+    with torch.device("meta"):
+        model = build_model().eval()
+        x = torch.empty(1, *inputs_shape)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(x)
+    return counter.get_total_flops() // 2
+
+
 def _to_meta(batch):
     if isinstance(batch, dict):
         return {k: _to_meta(v) for k, v in batch.items()}

@@ -133,7 +133,7 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
     (["--dataset", "imagefolder", "--data-dir", "{empty}", "--image-size", "32"], ["holds no images", "class subfolders"]),
     (["--dataset", "imagefolder", "--data-dir", "{missing}", "--image-size", "32"], ["not a folder"]),
     (["--dataset", "imagefolder", "--data-dir", "{folder}"], ["needs --image-size"]),
-    (["--image-size", "32"], ["does not apply to digits", "cifar10"]),
+    (["--dataset", "adding", "--paper", "lstm", "--image-size", "32"], ["does not apply to adding", "cifar10"]),
     (["--dataset", "digits-rows"], ["vit reads image inputs", "digits-rows has sequence inputs"]),
 ])
 def test_missing_data_is_one_line_naming_the_files(flags, words, tmp_path, capsys, monkeypatch):

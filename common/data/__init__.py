@@ -101,8 +101,8 @@ def _fixed(**facts) -> Callable[..., dict]:
 DATASETS = {
     spec.name: spec
     for spec in (
-        DatasetSpec("digits", "classification", "image", _fixed(num_classes=10, in_chans=1, img_size=8), digits.load,
-                    preprocess=digits.preprocessing,
+        DatasetSpec("digits", "classification", "image", digits.facts, digits.load, resizable=True,
+                    preprocess=digits.image_preprocessing,
                     description="scikit-learn's 1,797 handwritten 8x8 digits, fixed stratified 80/20 split"),
         DatasetSpec("digits-rows", "classification", "sequence", _fixed(num_classes=10, input_size=8, seq_len=8),
                     digits.load_rows, preprocess=partial(digits.preprocessing, layout="rows"),

@@ -34,16 +34,28 @@ def preprocessing(layout: str = "image", size: tuple[int, int] | None = (8, 8), 
                 labels=[str(d) for d in range(10)])
 
 
-def load(**_) -> tuple[TensorDataset, TensorDataset]:
-    """Train and test sets of (image (1, 8, 8), label), normalised by the training set's mean and std."""
+def load(image_size: int | None = None, **_) -> tuple[TensorDataset, TensorDataset]:
+    """Train and test sets of (image (1, 8, 8), label), normalised by the training set's mean and std;
+    with image_size N, each image resized (bilinear) to N x N, for models built for larger inputs."""
     x_train, x_test, y_train, y_test = split_digits()
     mean, std = x_train.mean(), x_train.std()
 
     def to_dataset(x: np.ndarray, y: np.ndarray) -> TensorDataset:
         images = torch.from_numpy((x - mean) / std).float().unsqueeze(1)  # (N, 1, 8, 8)
+        if image_size and image_size != 8:
+            images = F.interpolate(images, size=(image_size, image_size), mode="bilinear", align_corners=False)
         return TensorDataset(images, torch.from_numpy(y).long())
 
     return to_dataset(x_train, y_train), to_dataset(x_test, y_test)
+
+
+def facts(image_size: int | None = None, **_) -> dict:
+    return dict(num_classes=10, in_chans=1, img_size=image_size or 8)
+
+
+def image_preprocessing(image_size: int | None = None, **_) -> dict:
+    """`preprocessing` of the digits as images, at 8 x 8 or resized to N x N."""
+    return preprocessing(size=(image_size or 8,) * 2)
 
 
 def load_rows(**_) -> tuple[TensorDataset, TensorDataset]:
