@@ -75,13 +75,20 @@ class Task:
 
 class Classification(Task):
     """Cross-entropy with optional label smoothing on logits (B, classes); scored by top-1 accuracy
-    and the cross-entropy without smoothing."""
+    and the cross-entropy without smoothing.
+
+    A model with auxiliary classifiers (GoogLeNet's) returns, in training, {"logits": (B, classes),
+    "aux": [(aux logits (B, classes), weight), ...]}: each auxiliary loss is added with its weight.
+    In eval mode it returns the logits alone.
+    """
 
     kind = "classification"
     metric = "accuracy"
     higher_is_better = True
 
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def loss(self, logits, targets: torch.Tensor) -> torch.Tensor:
+        if isinstance(logits, dict):  # the main classifier and the weighted auxiliary ones
+            return self.loss(logits["logits"], targets) + sum(w * self.loss(a, targets) for a, w in logits["aux"])
         return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
 
     def metrics(self) -> dict[str, Metric]:

@@ -45,6 +45,9 @@ class PaperSpec:
             `reset_classifier(num_classes)` (a new head initialised as the paper's), `in_chans`
             and, where img_size is a data kwarg, `img_size` and `resize_position_embeddings(img_size)`.
             Empty: the paper trains from scratch only.
+        recipe: the paper's own training recipe as TrainConfig values (optimizer, lr, momentum,
+            weight_decay, batch_size, epochs or max_steps, schedule, milestones, gamma,
+            warmup_steps, augment, ...), applied over `defaults` by `--recipe paper`.
     """
 
     name: str
@@ -63,6 +66,7 @@ class PaperSpec:
     data_kwargs: tuple[str, ...] = ("num_classes",)
     padded_batches: bool = False
     pretrained: dict[str, Callable[[nn.Module], nn.Module]] = field(default_factory=dict)
+    recipe: dict = field(default_factory=dict)
 
     def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
         """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""

@@ -214,3 +214,14 @@ def test_a_new_task_kind_trains_under_ddp_with_two_processes_and_scores_the_whol
     single = load_json(tmp_path / "single" / "result.json")
     assert max_difference(weights(tmp_path / "ddp"), weights(tmp_path / "single")) < 1e-5
     assert single["final"] == pytest.approx(ddp["final"], abs=1e-6)
+
+
+def test_auxiliary_classifiers_add_their_weighted_losses():
+    """GoogLeNet's auxiliary classifiers: in training the model returns them with their weights."""
+    from common.tasks import get_task
+
+    task = get_task("classification", dict(num_classes=3))
+    targets = torch.tensor([0, 2])
+    main, aux = torch.randn(2, 3), torch.randn(2, 3)
+    expected = F.cross_entropy(main, targets) + 0.3 * F.cross_entropy(aux, targets)
+    assert torch.allclose(task.loss({"logits": main, "aux": [(aux, 0.3)]}, targets), expected)
