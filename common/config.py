@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from common.errors import ConfigError
+from common.optim import OPTIMIZERS, SCHEDULES, parse_milestones
 from common.parallel import STRATEGIES, resolve_strategy
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -25,6 +26,7 @@ BUCKETING = ("none", "size")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
+RECIPES = ("repo", "paper")
 
 
 @dataclass
@@ -41,9 +43,17 @@ class TrainConfig:
     epochs: int = 10
     max_steps: int | None = None  # stop after this many optimizer steps (the schedule ends there too)
     batch_size: int | str = 64  # global: samples per optimizer step over all processes and micro-steps; or "auto"
+    recipe: str = "repo"  # "paper": the paper's own recipe (PaperSpec.recipe) over its defaults
+    optimizer: str = "adamw"  # adamw, sgd or rmsprop
     lr: float = 1e-3  # peak learning rate, reached after warmup
+    momentum: float = 0.9  # sgd's and rmsprop's
+    nesterov: bool = False  # sgd with Nesterov momentum
     weight_decay: float = 0.05
     warmup_steps: int = 0
+    schedule: str = "cosine"  # after warmup: cosine, step (milestones, gamma), exponential (gamma per epoch), constant
+    milestones: str | None = None  # step schedule: fractions of the run, e.g. "0.5,0.75"
+    gamma: float = 0.1  # the factor at each milestone, or per epoch
+    augment: str = "none"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment)
     label_smoothing: float = 0.0
     seed: int = 0
     precision: str = "fp32"
@@ -158,9 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=positive_int, help="stop after this many optimizer steps")
     p.add_argument("--batch-size", type=batch_size_arg,
                    help="global batch, whatever the number of processes; auto: the largest that fits")
+    p.add_argument("--recipe", choices=RECIPES, help="repo (default): AdamW, warmup, cosine; paper: the paper's own")
+    p.add_argument("--optimizer", choices=OPTIMIZERS)
     p.add_argument("--lr", type=positive_float, help="peak learning rate")
+    p.add_argument("--momentum", type=non_negative_float, help="sgd's and rmsprop's momentum")
+    p.add_argument("--nesterov", action="store_true", help="sgd with Nesterov momentum")
     p.add_argument("--weight-decay", type=non_negative_float)
     p.add_argument("--warmup-steps", type=non_negative_int)
+    p.add_argument("--schedule", choices=SCHEDULES, help="after warmup: cosine, step, exponential or constant")
+    p.add_argument("--milestones", help="step schedule: fractions of the run where lr is multiplied by gamma")
+    p.add_argument("--gamma", type=positive_float, help="step: the factor at each milestone; exponential: per epoch")
+    p.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
     p.add_argument("--label-smoothing", type=non_negative_float)
     p.add_argument("--seed", type=non_negative_int)
     p.add_argument("--precision", choices=PRECISIONS)
@@ -249,6 +267,11 @@ def resolve(flags: dict) -> TrainConfig:
         spec = get_paper(flags["paper"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    recipe = {}
+    if flags.get("recipe") == "paper":
+        if not spec.recipe:
+            raise ConfigError(f"--recipe paper: {spec.name} has no recipe of its paper yet (PaperSpec.recipe)")
+        recipe = spec.recipe
     if flags.get("download") and "data_dir" not in flags:
         flags = flags | {"data_dir": "data"}
     if "init" in flags:  # the reference's architecture takes the place of the flavor
@@ -257,7 +280,7 @@ def resolve(flags: dict) -> TrainConfig:
         if "flavor" in flags:
             raise ConfigError(f"--init {flags['init']} names the model; leave out --flavor {flags['flavor']}")
         flags = flags | {"flavor": architecture_name(flags["init"])}
-    return TrainConfig.from_dict({**spec.defaults, **flags})
+    return TrainConfig.from_dict({**spec.defaults, **recipe, **flags})
 
 
 # ---------------------------------------------------------------- checks
@@ -276,6 +299,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             may therefore already hold it.
     """
     from common.data import DATASETS, download, get_dataset
+    from common.data.augment import parse as parse_augment
     from common.pretrained import build_model
     from papers import get_paper
 
@@ -289,7 +313,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
     for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing"),
-                          (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend")):
+                          (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend"),
+                          (RECIPES, "recipe"), (OPTIMIZERS, "optimizer"), (SCHEDULES, "schedule")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
     for name in ("epochs", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",
@@ -304,6 +329,14 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)}")
     if cfg.label_smoothing >= 1:
         raise ConfigError(f"label_smoothing must be below 1, got {cfg.label_smoothing}")
+    if cfg.momentum < 0 or cfg.gamma <= 0:
+        raise ConfigError(f"momentum must be >= 0 and gamma > 0, got {cfg.momentum} and {cfg.gamma}")
+    try:
+        if cfg.schedule == "step":
+            parse_milestones(cfg.milestones)
+        augment_steps = parse_augment(cfg.augment)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
     if isinstance(cfg.batch_size, str) and cfg.batch_size != "auto":
         raise ConfigError(f"batch_size must be a positive integer or auto, got '{cfg.batch_size}'")
@@ -332,6 +365,9 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     variable = data.is_variable(cfg.image_size)
     if variable and not spec.padded_batches:
         raise ConfigError(_fixed_size_fix(spec, data))
+    if augment_steps and (data.inputs != "image" or variable):
+        raise ConfigError(f"--augment {cfg.augment} transforms images of one size; {data.name} has "
+                          f"{'images of many sizes' if variable else data.inputs + 's'}")
     if cfg.bucketing == "size" and not variable:
         variable_sets = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
         resized = " once --image-size resizes it" if data.variable_size else ""

@@ -1,9 +1,13 @@
-"""AdamW with decoupled weight decay on weight matrices only, and warmup-then-cosine."""
+"""Optimizers and learning-rate schedules: the repo's (AdamW, warmup then cosine) and the papers' own
+(SGD with momentum, RMSProp; step decay, exponential decay), chosen by TrainConfig."""
 
 import math
 
 import torch
 import torch.nn as nn
+
+OPTIMIZERS = ("adamw", "sgd", "rmsprop")
+SCHEDULES = ("cosine", "step", "exponential", "constant")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -18,18 +22,72 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999)) -> torch.optim.AdamW:
-    """AdamW with its fused kernel (one kernel per parameter group and step, on CPU and CUDA)."""
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, fused=True)
+def build_optimizer(model: nn.Module, lr: float, weight_decay: float, name: str = "adamw", momentum: float = 0.9,
+                    nesterov: bool = False) -> torch.optim.Optimizer:
+    """AdamW (decoupled weight decay; fused: one kernel per parameter group and step, on CPU and CUDA),
+    SGD with momentum (optionally Nesterov's), or RMSProp (decay 0.9, with momentum); weight decay on
+    weight matrices only (see `param_groups`).
+
+    Args:
+        name: "adamw", "sgd" or "rmsprop".
+        momentum: SGD's and RMSProp's momentum.
+        nesterov: SGD with Nesterov momentum.
+    """
+    groups = param_groups(model, weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), fused=True)
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=nesterov)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(groups, lr=lr, alpha=0.9, momentum=momentum)
+    raise ValueError(f"unknown optimizer '{name}'; choose from: {', '.join(OPTIMIZERS)}")
 
 
-def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
+def parse_milestones(text: str | None) -> list[float]:
+    """"0.5,0.75" -> [0.5, 0.75]: increasing fractions of the run, each in (0, 1)."""
+    try:
+        values = [float(v) for v in (text or "").split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not 0 < v < 1 for v in values) or values != sorted(values):
+        raise ValueError(f"milestones must be increasing fractions of the run in (0, 1), such as 0.5,0.75; "
+                         f"got {text!r}")
+    return values
+
+
+def schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, kind: str = "cosine",
+             milestones: str | None = None, gamma: float = 0.1,
+             steps_per_epoch: int = 1) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning rate as a factor of the peak, step by step: a linear warmup from 0 over `warmup_steps`,
+    then
+
+        cosine       cosine decay to 0 at `total_steps`
+        step         times `gamma` at each milestone (fractions of `total_steps`)
+        exponential  times `gamma` after every epoch of `steps_per_epoch` steps
+        constant     the peak throughout
+    """
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown schedule '{kind}'; choose from: {', '.join(SCHEDULES)}")
+    boundaries = [round(m * total_steps) for m in parse_milestones(milestones)] if kind == "step" else []
+
+    def after_warmup(step: int) -> float:
+        if kind == "cosine":
+            progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        if kind == "step":
+            return gamma ** sum(step >= b for b in boundaries)
+        if kind == "exponential":
+            return gamma ** (step // steps_per_epoch)
+        return 1.0
 
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / (warmup_steps + 1)
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return after_warmup(step)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
+    return schedule(optimizer, total_steps, warmup_steps, "cosine")

@@ -34,11 +34,11 @@ from tqdm import tqdm
 from common import checkpoint, parallel
 from common.batchsize import find_micro_batch
 from common.config import TrainConfig, save as save_config
-from common.data import eval_loader, get_dataset, train_loader
+from common.data import augment, eval_loader, get_dataset, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import ConfigError
 from common.monitor import DeviceMonitor, short_bytes
-from common.optim import build_optimizer, warmup_cosine
+from common.optim import build_optimizer, schedule
 from common.pretrained import build_model, reference_model
 from common.profiling import WARMUP_STEPS, StepProfiler
 from common.tasks import get_task
@@ -162,6 +162,9 @@ class Trainer:
         FLOPs of a step (for MFU)."""
         cfg, env, data = self.cfg, self.env, self.data
         self.train_set, self.test_set = data.read(cfg.data_dir, cfg.image_size)  # ConfigError if unreadable
+        transform = augment.transform(cfg.augment, self.facts.get("img_size", 0), self.train_set)
+        if transform is not None:  # training images only
+            self.train_set = augment.Augmented(self.train_set, transform)
         self.collate = data.collate(math.lcm(cfg.pad_multiple, getattr(self.model, "input_multiple", 1)),
                                     cfg.image_size)
         if cfg.batch_size == "auto":
@@ -211,14 +214,16 @@ class Trainer:
         self.peak, self.peak_source = peak_flops(self.env.device, self.cfg.precision)
 
     def build_optimizer(self) -> None:
-        """Move, compile and wrap the model (common.parallel's one order); AdamW, its schedule, the scaler."""
+        """Move, compile and wrap the model (common.parallel's one order); the optimizer, its schedule, the scaler."""
         cfg = self.cfg
         compile_args = dict(mode=cfg.compile_mode, backend=cfg.compile_backend) if cfg.compile else None
         self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
                                           shard_blocks=self.spec.shard_blocks, precision=cfg.precision)
         self.eval_model = parallel.eval_module(self.model)
-        self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr, cfg.weight_decay)
-        self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, self.total_steps)
+        self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr, cfg.weight_decay, cfg.optimizer,
+                                         cfg.momentum, cfg.nesterov)
+        self.scheduler = schedule(self.optimizer, self.total_steps, cfg.warmup_steps, cfg.schedule, cfg.milestones,
+                                  cfg.gamma, self.steps_per_epoch)
         self.scaler = torch.amp.GradScaler(self.env.device.type, enabled=cfg.precision == "fp16")
 
     def build_tracker(self, resumed_from: Path | None) -> None:

@@ -37,6 +37,10 @@ BAD_INPUTS = {
         ["--paper", "vit", "--batch-size", "64", "--grad-accum", "3"], ["batch size 64", "multiple of 3", "63 or 66"]),
     "fp16 on a CPU": (["--paper", "vit", "--precision", "fp16"], ["fp16", "CUDA", "bf16"]),
     "flavor too big for the data": (["--paper", "vit", "--flavor", "ViT-B/16"], ["ViT-B/16", "digits", "patch size 16"]),
+    "step schedule without milestones": (["--paper", "vit", "--schedule", "step"], ["milestones", "0.5,0.75", "None"]),
+    "unknown augmentation": (["--paper", "vit", "--augment", "crop:4,rotate"], ["rotate", "crop:P", "flip"]),
+    "augmenting sequences": (["--paper", "lstm", "--augment", "flip"], ["--augment flip", "digits-rows has sequences"]),
+    "unknown optimizer": (["--paper", "vit", "--optimizer", "adam"], ["adam", "adamw", "sgd", "rmsprop"]),
 }
 
 

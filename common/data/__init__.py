@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from common.data import adding, digits, shapes, vision
@@ -186,13 +187,17 @@ def train_loader(dataset: Dataset, global_batch: int, micro_batch: int, rank: in
         bucketing: "none" (a random order) or "size" (batches of similar sizes; the
             dataset must have `sizes`).
     """
+    # a generator of the loader's own: starting an epoch draws nothing from torch's global one, which
+    # dropout and augmentation draw from and checkpoints restore, so a resumed run draws as the first did
+    generator = torch.Generator().manual_seed(seed)
     if bucketing == "size":
         sampler = BucketBatchSampler(dataset.sizes, global_batch, micro_batch, rank, world_size, seed)
-        loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate)
+        loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate,
+                            generator=generator)
     else:
         sampler = ResumableSampler(dataset, rank=rank, world_size=world_size, seed=seed)
         loader = DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True,
-                            num_workers=num_workers, collate_fn=collate)
+                            num_workers=num_workers, collate_fn=collate, generator=generator)
     loader.epoch_sampler = sampler
     return loader
 
