@@ -86,8 +86,9 @@ def read_wandb_records(path: Path) -> list:
             pos += left_in_block
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if length == 0 and kind == 0:
-            break
+        if length == 0 and kind == 0:  # zeros to the end of the block (or of the file)
+            pos += left_in_block
+            continue
         chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk  # 1 full, 2 first, 3 middle, 4 last
