@@ -1,4 +1,4 @@
-"""ResNet against torchvision's, against the paper's Table 6, and on padded batches of mixed sizes."""
+"""ResNet against torchvision's, against the paper's Tables 1 and 6, and on padded batches of mixed sizes."""
 
 import pytest
 import torch
@@ -6,11 +6,12 @@ import torch.nn as nn
 import torchvision
 
 from common.layers import MaskedBatchNorm2d
+from common.throughput import forward_macs
 from papers.resnet import PAPER, from_torchvision
 from papers.resnet.model import FLAVORS, PadShortcut, Projection, ResNet
 
-IMAGENET = {"ResNet-18": "resnet18", "ResNet-34": "resnet34", "ResNet-50": "resnet50",
-            "ResNet-101": "resnet101", "ResNet-152": "resnet152"}
+TORCHVISION = {f"torchvision-{name}": name for name in ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")}
+TABLE1 = {"ResNet-18": 1.8, "ResNet-34": 3.6, "ResNet-50": 3.8, "ResNet-101": 7.6, "ResNet-152": 11.3}  # 10^9 FLOPs
 TABLE6 = {"ResNet-20": 0.27, "ResNet-32": 0.46, "ResNet-44": 0.66, "ResNet-56": 0.85, "ResNet-110": 1.7}  # millions
 
 
@@ -50,14 +51,38 @@ def pad_batch(images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("name, kwargs", [("resnet18", {}), ("resnet50", {}), ("resnet18", dict(num_classes=7))])
 def test_logits_equal_torchvision(name, kwargs):
+    """Our torchvision flavor holding the weights `from_torchvision` maps gives torchvision's logits."""
     theirs = random_torchvision(name, **kwargs)
-    ours = from_torchvision(theirs).eval()
+    ours = PAPER.build(f"torchvision-{name}", **kwargs)
+    ours.load_state_dict(from_torchvision(theirs).state_dict())
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
-        expected, got = theirs(x), ours(x)
+        expected, got, loaded = theirs(x), ours.eval()(x), from_torchvision(theirs).eval()(x)
     assert got.shape == expected.shape
-    assert (got - expected).abs().max() < 1e-5
+    assert (got - expected).abs().max() < 1e-5 and (loaded - expected).abs().max() < 1e-5
     assert expected.std() > 0.1  # the outputs differ enough between inputs and classes to tell
+
+
+@pytest.mark.parametrize("flavor", TORCHVISION)
+def test_from_torchvision_builds_the_torchvision_flavor(flavor):
+    with torch.device("meta"):
+        loaded = from_torchvision(getattr(torchvision.models, TORCHVISION[flavor])(weights=None))
+        assert repr(loaded) == repr(PAPER.build(flavor))  # every layer, stride and shortcut
+
+
+def test_the_papers_resnet50_strides_the_1x1_and_torchvisions_the_3x3():
+    """The same tensors, so torchvision's weights load strictly into either; the stride placement changes
+    the outputs."""
+    ours, tv = PAPER.build("ResNet-50"), PAPER.build("torchvision-resnet50")
+    for model, s_1x1, s_3x3 in [(ours, 2, 1), (tv, 1, 2)]:
+        for stage in model.stages[1:]:  # conv3_1, conv4_1, conv5_1 halve the feature map
+            assert (stage[0].conv1.stride, stage[0].conv2.stride) == ((s_1x1, s_1x1), (s_3x3, s_3x3))
+            assert all(b.conv1.stride == b.conv2.stride == (1, 1) for b in stage[1:])
+    theirs = random_torchvision("resnet50")
+    ours.load_state_dict(from_torchvision(theirs).state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert (ours.eval()(x) - theirs(x)).abs().max() > 1e-2
 
 
 def test_from_torchvision_maps_every_tensor_and_keeps_the_buffers():
@@ -77,18 +102,32 @@ def test_from_torchvision_refuses_what_the_paper_has_not(name, kwargs):
         from_torchvision(theirs)
 
 
-@pytest.mark.parametrize("flavor", IMAGENET)
-def test_imagenet_flavors_have_torchvision_parameter_counts(flavor):
+@pytest.mark.parametrize("flavor", TORCHVISION)
+def test_torchvision_flavors_have_torchvision_parameter_counts_and_multiply_adds(flavor):
     with torch.device("meta"):
         ours = PAPER.build(flavor)  # 224x224 images, 3 channels, 1000 classes
-        theirs = getattr(torchvision.models, IMAGENET[flavor])(weights=None)
+        theirs = getattr(torchvision.models, TORCHVISION[flavor])(weights=None)
     assert count(ours) == count(theirs)
+    build_theirs = lambda: getattr(torchvision.models, TORCHVISION[flavor])(weights=None)
+    assert forward_macs(lambda: PAPER.build(flavor), 3, 224, 224) == forward_macs(build_theirs, 3, 224, 224)
 
 
-def test_known_torchvision_counts():
+def test_known_parameter_counts():
+    """torchvision's; the paper's ResNet-18/34 have no projections (option A), its bottleneck nets
+    torchvision's tensors (the stride moves, no parameter does)."""
+    counts = {"torchvision-resnet18": 11_689_512, "torchvision-resnet50": 25_557_032,
+              "ResNet-18": 11_515_688, "ResNet-34": 21_623_848, "ResNet-50": 25_557_032,
+              "ResNet-101": 44_549_160, "ResNet-152": 60_192_808}
     with torch.device("meta"):
-        assert count(PAPER.build("ResNet-18")) == 11_689_512
-        assert count(PAPER.build("ResNet-50")) == 25_557_032
+        assert {flavor: count(PAPER.build(flavor)) for flavor in counts} == counts
+
+
+@pytest.mark.parametrize("flavor", TABLE1)
+def test_table1_flops(flavor):
+    """Table 1's FLOPs (multiply-adds) of one 224x224 image, within 5%: 1.8, 3.6, 3.8, 7.6, 11.3 x 10^9.
+    torchvision's ResNet-50, striding the 3x3, has 4.09 x 10^9, 8% over."""
+    macs = forward_macs(lambda: PAPER.build(flavor), 3, 224, 224)
+    assert abs(macs / 1e9 - TABLE1[flavor]) < 0.05 * TABLE1[flavor], macs
 
 
 @pytest.mark.parametrize("flavor", TABLE6)
@@ -117,19 +156,33 @@ def test_option_a_subsamples_and_pads_with_zeros():
     assert not y[:, 16:].any()
 
 
-def test_option_b_projects_only_where_the_shape_changes():
-    model = PAPER.build("ResNet-34")
+@pytest.mark.parametrize("flavor, kind", [("ResNet-18", PadShortcut), ("ResNet-34", PadShortcut),
+                                           ("torchvision-resnet18", Projection), ("torchvision-resnet34", Projection)])
+def test_shortcuts_change_the_shape_only_where_a_stage_starts(flavor, kind):
+    """The paper's ResNet-18/34 pad with zeros (option A, Table 2); torchvision's project (option B)."""
+    with torch.device("meta"):
+        model = PAPER.build(flavor)
+    changing = [(i, j) for i, stage in enumerate(model.stages) for j, block in enumerate(stage)
+                if not isinstance(block.shortcut, nn.Identity)]
+    assert changing == [(1, 0), (2, 0), (3, 0)]
+    assert all(isinstance(model.stages[i][j].shortcut, kind) for i, j in changing)
+    assert bool([name for name, _ in model.named_parameters() if "shortcut" in name]) == (kind is Projection)
+
+
+@pytest.mark.parametrize("flavor", ["ResNet-50", "torchvision-resnet50"])
+def test_option_b_projects_only_where_the_shape_changes(flavor):
+    with torch.device("meta"):
+        model = PAPER.build(flavor)
     projections = [(i, j) for i, stage in enumerate(model.stages) for j, block in enumerate(stage)
                    if isinstance(block.shortcut, Projection)]
-    assert projections == [(1, 0), (2, 0), (3, 0)]
-    model = PAPER.build("ResNet-50")  # the first bottleneck also widens 64 -> 256
-    assert isinstance(model.stages[0][0].shortcut, Projection)
+    assert projections == [(0, 0), (1, 0), (2, 0), (3, 0)]  # the first bottleneck also widens 64 -> 256
     assert isinstance(model.stages[0][1].shortcut, nn.Identity)
 
 
-def test_stage_resolutions_follow_table1():
+@pytest.mark.parametrize("flavor", ["ResNet-50", "torchvision-resnet50"])
+def test_stage_resolutions_follow_table1(flavor):
     with torch.device("meta"):  # shapes only
-        model = PAPER.build("ResNet-50")
+        model = PAPER.build(flavor)
         x, _ = model.stem(torch.empty(1, 3, 224, 224))
     assert x.shape == (1, 64, 56, 56)  # conv2_x
     for stage, (chans, side) in zip(model.stages, [(256, 56), (512, 28), (1024, 14), (2048, 7)]):
@@ -154,6 +207,8 @@ def test_bad_arguments_are_refused():
         ResNet(block="dense")
     with pytest.raises(ValueError, match="unknown shortcut"):
         ResNet(shortcut="C")
+    with pytest.raises(ValueError, match="unknown stride_on"):
+        ResNet(block="bottleneck", stride_on="2x2")
     with pytest.raises(ValueError, match="same stages"):
         ResNet(layers=(2, 2), widths=(64, 128, 256))
 
@@ -178,8 +233,10 @@ def test_without_a_mask_the_model_is_bitwise_torchvision():
 
 @pytest.mark.parametrize("flavor, sizes, atol", [
     ("ResNet-20", [(13, 9), (16, 16), (7, 21), (32, 24)], 1e-5),  # CIFAR stem, option A
-    ("ResNet-18", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-5),  # 7x7/2 and max pool, option B
-    ("ResNet-50", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-4),  # bottlenecks; logits up to about 40 here
+    ("ResNet-18", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-5),  # 7x7/2 and max pool, option A
+    ("torchvision-resnet18", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-5),  # option B
+    ("ResNet-50", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-4),  # bottlenecks striding the 1x1
+    ("torchvision-resnet50", [(45, 37), (64, 64), (33, 50), (40, 40)], 1e-4),  # the 3x3; logits up to about 40
 ])
 def test_a_padded_batch_gives_each_image_its_own_logits(flavor, sizes, atol):
     """Eval mode, random weights and batch-norm statistics: each image of a zero-padded batch of mixed

@@ -8,8 +8,9 @@ from papers.resnet.model import FLAVORS, Projection, ResNet
 
 
 def from_torchvision(tv_model: nn.Module) -> ResNet:
-    """Our ResNet holding the weights of a torchvision `ResNet` (resnet18/34/50/101/152 or the
-    same structure with other depths, classes or input channels).
+    """Our ResNet holding the weights of a torchvision `ResNet` (resnet18/34/50/101/152, our flavors
+    torchvision-resnet18 ... torchvision-resnet152, or the same structure with other depths, classes
+    or input channels): option B shortcuts, and bottlenecks that stride their 3x3 convolution.
 
     Args:
         tv_model: a `torchvision.models.ResNet` with plain BasicBlocks or Bottlenecks; grouped
@@ -48,6 +49,7 @@ def from_torchvision(tv_model: nn.Module) -> ResNet:
         widths=tuple(getattr(stage[0], first_conv).out_channels for stage in stages),
         stem="imagenet",
         shortcut="B",
+        stride_on="3x3",  # torchvision's Bottleneck strides conv2
         num_classes=tv_model.fc.out_features,
         in_chans=stem.in_channels,
     )
@@ -94,8 +96,16 @@ PAPER = PaperSpec(
     data_kwargs=("num_classes", "in_chans"),
     defaults=dict(dataset="digits", epochs=15, batch_size=64, lr=3e-3, weight_decay=0.05, warmup_steps=20,
                   label_smoothing=0.1, clip_grad=1.0),
-    reference="torchvision.models.resnet18/34/50/101/152",
+    reference="torchvision.models.resnet18/34/50/101/152 (the torchvision-resnet* flavors)",
     shard_blocks="stages",
     padded_batches=True,
     pretrained={"torchvision": from_torchvision},
+    # Section 4.2, CIFAR-10: SGD, momentum 0.9, weight decay 1e-4, mini-batch 128, lr 0.1 divided by 10
+    # at 32k and 48k iterations and stopped at 64k; 4 pixels padded on each side, a random 32x32 crop
+    # or its horizontal flip. No warmup: lr 0.01 until the training error is below 80% (about 400
+    # iterations) is ResNet-110's alone (--warmup-steps 400 comes closest, a linear ramp to 0.1).
+    # 200 epochs, so that the 64k steps end the run (CIFAR-10 makes 390 steps of 128 an epoch: 165 epochs).
+    recipe=dict(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=1e-4, batch_size=128, epochs=200,
+                max_steps=64000, schedule="step", milestones="0.5,0.75", gamma=0.1, augment="crop:4,flip",
+                label_smoothing=0.0, clip_grad=0.0, warmup_steps=0),
 )

@@ -114,25 +114,31 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     """1x1 (reduce), 3x3, 1x1 (restore to 4 x width) with a shortcut around them (Fig. 5 right).
 
-    The stride sits on the 3x3 convolution, as in torchvision ("ResNet v1.5"); the
-    paper's own models stride the first 1x1 convolution.
+    Where the block halves the feature map (conv3_1, conv4_1, conv5_1: "downsampling is
+    performed ... with a stride of 2", Table 1), the paper's released models stride the first
+    1x1 convolution, so all three convolutions compute at the new, quarter-size resolution.
+    torchvision strides the 3x3 instead ("ResNet v1.5", from fb.resnet.torch): the same
+    parameters, but the first 1x1 computes at every pixel, which costs more multiply-adds
+    (ResNet-50: 4.1 billion against Table 1's 3.8).
 
     Args:
         in_chans: channels of x.
         width: channels of the 1x1 and 3x3 convolutions; the output has 4 x width.
         stride: 2 on the first block of a stage (conv3_1, conv4_1, conv5_1), else 1.
         shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes.
+        stride_on: "1x1" (the paper's) or "3x3" (torchvision's): which convolution strides.
     """
 
     expansion = 4
 
-    def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B"):
+    def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B", stride_on: str = "1x1"):
         super().__init__()
         out_chans = width * self.expansion
+        s_1x1, s_3x3 = (stride, 1) if stride_on == "1x1" else (1, stride)
         self.stride = stride
-        self.conv1 = conv1x1(in_chans, width)
+        self.conv1 = conv1x1(in_chans, width, s_1x1)
         self.bn1 = MaskedBatchNorm2d(width)
-        self.conv2 = conv3x3(width, width, stride)
+        self.conv2 = conv3x3(width, width, s_3x3)
         self.bn2 = MaskedBatchNorm2d(width)
         self.conv3 = conv1x1(width, out_chans)
         self.bn3 = MaskedBatchNorm2d(out_chans)
@@ -140,8 +146,9 @@ class Bottleneck(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, C, H, W), zero outside mask (B, H, W); returns y and its mask (B, H/s, W/s)."""
+        mid_mask = downsample_mask(mask, self.conv1.stride[0])  # after the first 1x1: strided or not
         out_mask = downsample_mask(mask, self.stride)
-        residual = F.relu(self.bn1(self.conv1(x), mask), inplace=True)  # (B, width, H, W)
+        residual = F.relu(self.bn1(self.conv1(x), mid_mask), inplace=True)  # (B, width, H/s, W/s) or (H, W)
         residual = F.relu(self.bn2(self.conv2(residual), out_mask), inplace=True)  # (B, width, H/s, W/s)
         residual = self.bn3(self.conv3(residual), out_mask)  # F(x), (B, 4 width, H/s, W/s)
         residual += self.shortcut(x, out_mask)  # y = F(x) + x
@@ -201,6 +208,8 @@ class ResNet(nn.Module):
         stem: "imagenet" (7x7/2 convolution and 3x3/2 max pool) or "cifar" (one 3x3 convolution).
         shortcut: "A" (identity with zero-padding, parameter-free) or "B" (projection) for the
             shortcuts that change the shape; all others are identities.
+        stride_on: where a bottleneck that halves the feature map strides: "1x1" (its first
+            convolution, the paper's) or "3x3" (torchvision's). A basic block strides its first 3x3.
         num_classes: outputs of the linear head.
         in_chans: input channels.
     """
@@ -212,6 +221,7 @@ class ResNet(nn.Module):
         widths: tuple[int, ...] = (64, 128, 256, 512),
         stem: str = "imagenet",
         shortcut: str = "B",
+        stride_on: str = "1x1",
         num_classes: int = 1000,
         in_chans: int = 3,
     ):
@@ -222,9 +232,12 @@ class ResNet(nn.Module):
             raise ValueError(f"unknown stem '{stem}'; choose from: imagenet, cifar")
         if shortcut not in ("A", "B"):
             raise ValueError(f"unknown shortcut option '{shortcut}'; choose from: A, B")
+        if stride_on not in ("1x1", "3x3"):
+            raise ValueError(f"unknown stride_on '{stride_on}'; choose from: 1x1, 3x3")
         if len(layers) != len(widths) or not layers:
             raise ValueError(f"layers {tuple(layers)} and widths {tuple(widths)} must name the same stages")
         Block = BLOCKS[block]
+        where = dict(stride_on=stride_on) if Block is Bottleneck else {}
         self.in_chans = in_chans
         self.stem = Stem(stem, in_chans, widths[0])
         stages, chans = [], widths[0]
@@ -232,7 +245,7 @@ class ResNet(nn.Module):
             stride = 1 if i == 0 else 2  # the first stage keeps the stem's resolution
             blocks = []
             for j in range(n):
-                blocks.append(Block(chans, width, stride if j == 0 else 1, shortcut))
+                blocks.append(Block(chans, width, stride if j == 0 else 1, shortcut, **where))
                 chans = width * Block.expansion
             stages.append(Stage(*blocks))
         self.stages = nn.ModuleList(stages)
@@ -281,18 +294,27 @@ class ResNet(nn.Module):
         return self.forward_head(*self.forward_features(images, mask))
 
 
-IMAGENET = dict(stem="imagenet", shortcut="B", widths=(64, 128, 256, 512))  # Table 1, option B
+IMAGENET = dict(stem="imagenet", widths=(64, 128, 256, 512))  # Table 1: 224x224, 1000 classes
 CIFAR = dict(block="basic", stem="cifar", shortcut="A", widths=(16, 32, 64), num_classes=10)  # Section 4.2
+TORCHVISION = dict(shortcut="B", stride_on="3x3", **IMAGENET)  # torchvision.models.resnet18 ... resnet152
 
-# The repo's own tiny flavor for 8x8 digits, the ImageNet models of Table 1 (224x224, 1000 classes)
-# and the CIFAR-10 models of Section 4.2 (6n + 2 layers, n = 3, 5, 7, 9, 18).
+# The repo's own tiny flavor for 8x8 digits; the ImageNet models of Table 1 as the paper builds them:
+# option A for 18 and 34 layers ("zero-padding for increasing dimensions", Section 4.1, Table 2),
+# option B for the bottleneck nets (Section 4.1) with the stride on the first 1x1; the CIFAR-10
+# models of Section 4.2 (6n + 2 layers, n = 3, 5, 7, 9, 18); and torchvision's ImageNet models
+# (option B throughout, the stride on the 3x3), the ones `from_torchvision` loads.
 FLAVORS = {
     "tiny": dict(block="basic", layers=(1, 1, 1), widths=(32, 64, 128), stem="cifar", shortcut="A",
                  num_classes=10, in_chans=1),
-    "ResNet-18": dict(block="basic", layers=(2, 2, 2, 2), **IMAGENET),
-    "ResNet-34": dict(block="basic", layers=(3, 4, 6, 3), **IMAGENET),
-    "ResNet-50": dict(block="bottleneck", layers=(3, 4, 6, 3), **IMAGENET),
-    "ResNet-101": dict(block="bottleneck", layers=(3, 4, 23, 3), **IMAGENET),
-    "ResNet-152": dict(block="bottleneck", layers=(3, 8, 36, 3), **IMAGENET),
+    "ResNet-18": dict(block="basic", layers=(2, 2, 2, 2), shortcut="A", **IMAGENET),
+    "ResNet-34": dict(block="basic", layers=(3, 4, 6, 3), shortcut="A", **IMAGENET),
+    "ResNet-50": dict(block="bottleneck", layers=(3, 4, 6, 3), shortcut="B", stride_on="1x1", **IMAGENET),
+    "ResNet-101": dict(block="bottleneck", layers=(3, 4, 23, 3), shortcut="B", stride_on="1x1", **IMAGENET),
+    "ResNet-152": dict(block="bottleneck", layers=(3, 8, 36, 3), shortcut="B", stride_on="1x1", **IMAGENET),
     **{f"ResNet-{6 * n + 2}": dict(layers=(n, n, n), **CIFAR) for n in (3, 5, 7, 9, 18)},
+    "torchvision-resnet18": dict(block="basic", layers=(2, 2, 2, 2), **TORCHVISION),
+    "torchvision-resnet34": dict(block="basic", layers=(3, 4, 6, 3), **TORCHVISION),
+    "torchvision-resnet50": dict(block="bottleneck", layers=(3, 4, 6, 3), **TORCHVISION),
+    "torchvision-resnet101": dict(block="bottleneck", layers=(3, 4, 23, 3), **TORCHVISION),
+    "torchvision-resnet152": dict(block="bottleneck", layers=(3, 8, 36, 3), **TORCHVISION),
 }
