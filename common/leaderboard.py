@@ -76,11 +76,13 @@ def higher_is_better(result: dict) -> bool:
 
 
 def rank(results: list[dict], paper: str | None = None, dataset: str | None = None,
-         best_only: bool = False) -> dict[tuple[str, str], list[dict]]:
-    """{(task, dataset): results best first}; with best_only, each paper's best run."""
+         best_only: bool = False, epochs: int | None = None) -> dict[tuple[str, str], list[dict]]:
+    """{(task, dataset): results best first}; with best_only, each paper's best run; with epochs,
+    only the runs of that many epochs (to compare papers trained alike)."""
     tables: dict[tuple[str, str], list[dict]] = {}
     for r in results:
-        if (paper and r["paper"] != paper) or (dataset and r["dataset"] != dataset):
+        if (paper and r["paper"] != paper) or (dataset and r["dataset"] != dataset) or (
+                epochs and r.get("epochs") != epochs):
             continue
         tables.setdefault((r["task"], r["dataset"]), []).append(r)
     for key, rows in tables.items():
@@ -179,6 +181,30 @@ def plot(out: Path, runs: list[str], results_dir: str | Path) -> None:
     fig.savefig(out, dpi=120)
 
 
+def scatter(out: Path, tables: dict[tuple[str, str], list[dict]]) -> None:
+    """One table's runs as points: the metric against the parameter count, and against training samples/s."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if len(tables) != 1:
+        raise ConfigError(f"--scatter draws one table; these runs make {len(tables)}: choose one with --dataset")
+    (task, dataset), rows = next(iter(tables.items()))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, key, label in ((axes[0], "params", "parameters"), (axes[1], "samples_per_s", "training samples/s")):
+        for r in rows:
+            ax.scatter(r[key], r["final"], s=30)
+            ax.annotate(f"{r['paper']} {r['flavor']}", (r[key], r["final"]), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points")
+        ax.set(xscale="log", xlabel=f"{label} (log scale)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"test {rows[0]['metric']}")
+    fig.suptitle(f"{dataset} ({task}): {len(rows)} runs")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def main(argv: list[str] | None = None, api=None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.leaderboard", description="Rank finished runs.")
     p.add_argument("--source", choices=("local", "wandb"), default="local")
@@ -187,10 +213,13 @@ def main(argv: list[str] | None = None, api=None) -> int:
     p.add_argument("--paper")
     p.add_argument("--dataset")
     p.add_argument("--best-only", action="store_true", help="each paper's best run")
+    p.add_argument("--epochs", type=int, help="only runs of this many epochs (papers trained alike)")
     p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table")
     p.add_argument("--write", type=Path, help="replace the leaderboard section of this file")
     p.add_argument("--plot", type=Path, help="draw the loss and metric curves of --runs into this image")
     p.add_argument("--runs", nargs="+", default=[], help="run ids or run directories, with --plot")
+    p.add_argument("--scatter", type=Path,
+                   help="draw one table's runs into this image: the metric against parameters and against samples/s")
     args = p.parse_args(argv)
     try:
         if args.plot:
@@ -202,7 +231,12 @@ def main(argv: list[str] | None = None, api=None) -> int:
         if args.source == "wandb" and not args.project:
             raise ConfigError("--source wandb needs --project ENTITY/PROJECT")
         results = wandb_results(args.project, api) if args.source == "wandb" else local_results(args.results_dir)
-        text = render(rank(results, args.paper, args.dataset, args.best_only), args.format)
+        tables = rank(results, args.paper, args.dataset, args.best_only, args.epochs)
+        if args.scatter:
+            scatter(args.scatter, tables)
+            print(f"wrote {args.scatter}")
+            return 0
+        text = render(tables, args.format)
         if args.write:
             write_section(args.write, text)
             print(f"wrote the leaderboard section of {args.write}")
