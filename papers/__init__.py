@@ -84,8 +84,16 @@ class PaperSpec:
 
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
 PAPER_FOLDERS = (
-    "vit",
+    # the CNN lineage, in the order a study group reads it
+    "lenet",
+    "alexnet",
+    "vgg",
+    "googlenet",
     "resnet",
+    "densenet",
+    "mobilenetv2",
+    # attention for images; recurrence for sequences
+    "vit",
     "lstm",
 )
 

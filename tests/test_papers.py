@@ -15,10 +15,11 @@ PAPERS = list_papers()
 def default_batch(spec, n=16):
     """A real batch of the paper's default dataset, and the model built for it."""
     data = get_dataset(spec.defaults["dataset"])
-    train, _ = data.load()
-    x, y = next(iter(eval_loader(train, n, rank=0, world_size=1, collate=data.collate())))
+    size = spec.defaults.get("image_size")  # a paper built for a larger input reads its data resized
+    train, _ = data.load(image_size=size)
+    x, y = next(iter(eval_loader(train, n, rank=0, world_size=1, collate=data.collate(image_size=size))))
     torch.manual_seed(0)
-    return spec.build_for_data("tiny", data.facts()), x, y, data
+    return spec.build_for_data("tiny", data.facts(image_size=size)), x, y, data
 
 
 def test_registry_lists_every_paper_and_rejects_unknown_names():
@@ -58,6 +59,9 @@ def test_every_flavor_builds_on_meta(name):
 def test_forward_shape_no_nan_and_every_parameter_gets_a_gradient(name):
     model, x, y, data = default_batch(get_paper(name))
     out = call(model, x)
+    if isinstance(out, dict):  # in training, auxiliary classifiers' outputs beside the logits
+        assert all(a.shape == out["logits"].shape for a, _ in out["aux"])
+        out = out["logits"]
     assert out.shape[0] == len(y)
     if data.task == "classification":
         assert out.shape == (len(y), data.facts()["num_classes"])

@@ -1,0 +1,232 @@
+"""MobileNetV2 against torchvision's, against the paper's Tables 1-3 and Section 4, and on padded batches
+of mixed sizes."""
+
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn as nn
+import torchvision
+
+from common.throughput import forward_macs
+from papers.mobilenetv2 import PAPER, from_torchvision
+from papers.mobilenetv2.model import TABLE2, ConvBN, MobileNetV2, make_divisible
+
+WIDTHS = {"MobileNetV2-1.0": 1.0, "MobileNetV2-0.35": 0.35, "MobileNetV2-0.5": 0.5, "MobileNetV2-0.75": 0.75,
+          "MobileNetV2-1.4": 1.4}
+
+
+@contextmanager
+def skip_init():
+    """The initialisers skipped: they are slow on the meta device, where only shapes matter."""
+    with ExitStack() as stack:
+        for name in ("kaiming_normal_", "kaiming_uniform_", "normal_", "uniform_", "ones_", "zeros_", "constant_"):
+            stack.enter_context(mock.patch.object(nn.init, name, lambda tensor, *args, **kwargs: tensor))
+        yield
+
+
+@contextmanager
+def on_meta():
+    """Shapes only: the meta device, without initialisers."""
+    with skip_init(), torch.device("meta"):
+        yield
+
+
+def count(model: nn.Module, batch_norm: bool = True) -> int:
+    """Parameters, with or without batch norm's scales and shifts."""
+    skip = set() if batch_norm else {id(p) for m in model.modules() if isinstance(m, nn.BatchNorm2d)
+                                     for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+def randomize(model: nn.Module) -> nn.Module:
+    """Random batch-norm scales, shifts and running statistics and a random classifier, in eval mode,
+    so that a tensor mapped to the wrong place changes the output."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.2)
+                m.running_mean.normal_(0, 0.2)
+                m.running_var.uniform_(0.5, 2.0)
+            elif isinstance(m, nn.Linear):
+                m.weight.normal_(0, 0.5)
+                m.bias.normal_(0, 0.5)
+    return model.eval()
+
+
+def pad_batch(images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (C, h_i, w_i) zero-padded at the bottom and right to the largest, and the mask (B, H, W)."""
+    H, W = max(x.shape[1] for x in images), max(x.shape[2] for x in images)
+    batch = torch.zeros(len(images), images[0].shape[0], H, W)
+    mask = torch.zeros(len(images), H, W, dtype=torch.bool)
+    for i, x in enumerate(images):
+        batch[i, :, : x.shape[1], : x.shape[2]] = x
+        mask[i, : x.shape[1], : x.shape[2]] = True
+    return batch, mask
+
+
+SMALL = [[1, 8, 1, 1], [4, 12, 2, 2], [3, 20, 2, 2]]  # a shorter Table 2 with other expansions
+
+
+@pytest.mark.parametrize("kwargs, size", [
+    ({}, (64, 64)),
+    (dict(width_mult=0.5, num_classes=7), (45, 37)),  # odd sides through five strided convolutions
+    (dict(width_mult=1.3, inverted_residual_setting=SMALL, round_nearest=4, dropout=0.5, num_classes=5), (33, 40)),
+], ids=["1.0", "0.5-odd-size", "small-setting"])
+def test_logits_equal_torchvision(kwargs, size):
+    torch.manual_seed(0)
+    theirs = randomize(torchvision.models.mobilenet_v2(weights=None, **kwargs))
+    ours = from_torchvision(theirs).eval()
+    assert len(ours.state_dict()) == len(theirs.state_dict())  # every weight and buffer mapped
+    assert count(ours) == count(theirs)
+    x = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max() < 1e-5
+    assert expected.std() > 0.1  # the outputs differ enough between inputs and classes to tell
+
+
+def test_from_torchvision_refuses_what_the_paper_has_not():
+    with pytest.raises(ValueError, match="expected a torchvision MobileNetV2"):
+        from_torchvision(torchvision.models.resnet18())
+    build = partial(torchvision.models.mobilenet_v2, width_mult=0.35, inverted_residual_setting=SMALL)
+    with pytest.raises(ValueError, match="eps"):
+        from_torchvision(build(norm_layer=partial(nn.BatchNorm2d, eps=1e-3)))
+    theirs = build()
+    theirs.features[2] = nn.Identity()
+    with pytest.raises(ValueError, match="InvertedResidual"):
+        from_torchvision(theirs)
+    theirs = build()
+    theirs.classifier = nn.Linear(theirs.last_channel, 10)
+    with pytest.raises(ValueError, match="classifier"):
+        from_torchvision(theirs)
+
+
+@pytest.mark.parametrize("flavor", WIDTHS)
+def test_flavors_have_torchvision_parameter_counts(flavor):
+    with on_meta():
+        ours = PAPER.build(flavor)  # 224x224 images, 3 channels, 1000 classes
+        theirs = torchvision.models.mobilenet_v2(weights=None, width_mult=WIDTHS[flavor])
+    assert count(ours) == count(theirs)
+    assert ours.num_features == (1280 if WIDTHS[flavor] <= 1 else 1792)  # the last conv2d is not thinned
+
+
+def test_parameter_counts_of_the_paper():
+    """Section 4 and Table 3: MobileNetV2 (width 1) "uses 3.4 million parameters"; the models of width
+    0.35 to 1.4 "vary between 1.7M and 6.9M parameters".
+
+    The paper's 3.4M counts the convolution and classifier weights: 3,470,760 here (2.1% above);
+    batch norm's 34,112 scales and shifts (folded into the convolutions for inference) make it 3,504,872,
+    torchvision's count, 3.1% above. 0.35 is the smallest (1,677,128, 1.3% below 1.7M). The largest, 1.4
+    (Table 3: 6.9M), is 6,108,776 here and in torchvision (11% below): the reference's rounding of the
+    widths, which the flavors follow, does not give 6.9M, so that figure is not checked."""
+    with on_meta():
+        counts = {flavor: (count(m := PAPER.build(flavor)), count(m, batch_norm=False)) for flavor in WIDTHS}
+    assert counts["MobileNetV2-1.0"] == (3_504_872, 3_470_760)
+    assert abs(counts["MobileNetV2-1.0"][1] / 3.4e6 - 1) < 0.03
+    assert abs(counts["MobileNetV2-0.35"][0] / 1.7e6 - 1) < 0.03
+    assert min(counts.values()) == counts["MobileNetV2-0.35"] and max(counts.values()) == counts["MobileNetV2-1.4"]
+    assert counts["MobileNetV2-1.4"][0] == 6_108_776
+
+
+@pytest.mark.parametrize("flavor, millions", [("MobileNetV2-1.0", 300), ("MobileNetV2-1.4", 585)])
+def test_table3_multiply_adds(flavor, millions):
+    """Table 3 at 224x224: 300M multiply-adds for MobileNetV2, 585M for MobileNetV2 (1.4)."""
+    with skip_init():
+        macs = forward_macs(lambda: PAPER.build(flavor), 3, 224, 224)
+    assert abs(macs / (millions * 1e6) - 1) < 0.05, macs
+
+
+def test_table2_layout_and_output_sizes():
+    """Table 2 at 224x224: conv2d 32 with stride 2, then rows (t, c, n, s) of bottlenecks, each row's first
+    block with stride s; residuals in the blocks that keep the shape (n - 1 per row); conv2d 1x1 to 1280."""
+    with on_meta():  # shapes only
+        model = PAPER.build("MobileNetV2-1.0")
+        x, _ = model.stem(torch.empty(1, 3, 224, 224))
+    assert x.shape == (1, 32, 112, 112)
+    blocks = iter(model.blocks)
+    for (t, c, n, s), side in zip(TABLE2, (112, 56, 28, 14, 14, 7, 7)):
+        for i in range(n):
+            block = next(blocks)
+            k = x.shape[1]
+            assert (block.expand is None) == (t == 1)
+            assert block.depthwise.conv.out_channels == t * k == block.depthwise.conv.groups  # depthwise, t k wide
+            assert block.depthwise.conv.stride == ((s, s) if i == 0 else (1, 1))
+            assert block.use_residual == (i > 0)
+            x, _ = block(x)
+            assert x.shape == (1, c, side, side)
+    assert next(blocks, None) is None and len(model.blocks) == 17
+    x, _ = model.conv_last(x)
+    assert x.shape == (1, 1280, 7, 7)
+
+
+def test_linear_bottlenecks_and_relu6():
+    """Table 1: ReLU6 after the expansion and the depthwise convolution, none after the projection."""
+    torch.manual_seed(0)
+    model = randomize(PAPER.build("tiny"))
+    outputs = {}
+    for name, m in model.named_modules():
+        if isinstance(m, ConvBN):
+            m.register_forward_hook(lambda mod, args, out, name=name: outputs.__setitem__(name, out[0]))
+    with torch.no_grad():
+        model(10 * torch.randn(2, 3, 32, 32))  # large enough to reach ReLU6's ceiling
+    projections = [out for name, out in outputs.items() if name.endswith("project")]
+    others = [out for name, out in outputs.items() if not name.endswith("project")]
+    assert len(projections) == len(model.blocks) and all(out.min() < 0 for out in projections)
+    assert all(out.min() >= 0 and out.max() <= 6 for out in others) and any(out.max() == 6 for out in others)
+
+
+@pytest.mark.parametrize("flavor", WIDTHS)
+def test_width_multiplier_rounds_channels_to_multiples_of_8(flavor):
+    with on_meta():
+        model = PAPER.build(flavor)
+    w = WIDTHS[flavor]
+    assert all(m.out_channels % 8 == 0 for m in model.modules() if isinstance(m, nn.Conv2d))
+    assert model.stem.conv.out_channels == make_divisible(32 * w)
+    assert model.blocks[-1].project.conv.out_channels == make_divisible(320 * w)
+
+
+def test_tiny_flavor_runs_on_32x32_shapes_with_dropout_before_the_classifier():
+    torch.manual_seed(0)
+    model = PAPER.build("tiny")  # 3 channels, 10 classes
+    x = torch.randn(4, 3, 32, 32)
+    features, mask = model.forward_features(x)
+    assert features.shape == (4, model.num_features, 4, 4) and mask is None
+    with torch.no_grad():
+        logits = model.eval()(x)
+        assert torch.equal(model(x), logits) and not torch.equal(model.train()(x), model(x))  # dropout in training
+    assert logits.shape == (4, 10) and torch.isfinite(logits).all()
+    assert PAPER.shard_blocks == "blocks" and isinstance(model.blocks, nn.ModuleList)
+    assert PAPER.defaults["dataset"] == "shapes"
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="width multiplier"):
+        MobileNetV2(width_mult=0)
+    with pytest.raises(ValueError, match="settings"):
+        MobileNetV2(settings=((6, 24, 2, 3),))
+
+
+@pytest.mark.parametrize("flavor, sizes", [
+    ("tiny", [(13, 9), (16, 16), (7, 21), (32, 27)]),  # the stem keeps the size; three strided rows
+    ("MobileNetV2-0.35", [(45, 37), (64, 64), (33, 50), (70, 41)]),  # Table 2's five strided layers
+])
+def test_a_padded_batch_gives_each_image_its_own_logits(flavor, sizes):
+    """Eval mode, random batch-norm statistics: each image of a zero-padded batch of mixed sizes (odd,
+    even, taller, wider) gets the logits it gets alone and unpadded."""
+    torch.manual_seed(0)
+    model = randomize(PAPER.build(flavor, num_classes=10))
+    images = [torch.randn(3, h, w) for h, w in sizes]
+    batch, mask = pad_batch(images)
+    with torch.no_grad():
+        got = model(batch, mask)
+        expected = torch.cat([model(x[None]) for x in images])
+        unmasked = model(batch)
+    assert (got - expected).abs().max() < 1e-5
+    assert expected.std() > 0.1
+    padded = ~mask.flatten(1).all(1)
+    assert ((unmasked - expected).abs().amax(1)[padded] > 1e-3).all()  # without the mask, padding changes them
