@@ -114,27 +114,35 @@ def train_step_fn(model: nn.Module, inputs, targets, task, precision: str = "fp3
 def default_batch(name: str, batch: int, device: torch.device):
     """(model of the tiny flavor, inputs, targets, task) on the paper's default data set."""
     spec = get_paper(name)
-    data = get_dataset(spec.defaults["dataset"])
-    train_set, _ = data.load()
+    data, size = get_dataset(spec.defaults["dataset"]), spec.defaults.get("image_size")
+    train_set, _ = data.load(image_size=size)
     samples = [train_set[i] for i in range(batch)]
-    inputs, targets = to_device(data.collate()(samples), device)
+    inputs, targets = to_device(data.collate(image_size=size)(samples), device)
+    facts = data.facts(image_size=size)
     torch.manual_seed(0)
-    return spec.build_for_data("tiny", data.facts()).to(device), inputs, targets, get_task(data.task, data.facts())
+    return spec.build_for_data("tiny", facts).to(device), inputs, targets, get_task(data.task, facts)
+
+
+# A larger configuration per paper for rows d and e (flavor, its overrides, one sample's shape): ViT at
+# 32x32 with 64 patches, ResNet-20, an LSTM of 256 cells over 32 steps. Others time their tiny flavor only.
+LARGER = {
+    "vit": ("tiny/4", dict(img_size=32, in_chans=3), (3, 32, 32)),
+    "resnet": ("ResNet-20", {}, (3, 32, 32)),
+    "lstm": ("tiny", dict(input_size=8, hidden_size=256), (32, 8)),
+}
 
 
 def larger_batch(name: str, batch: int, device: torch.device):
-    """A larger configuration per paper: ViT at 32x32 with 64 patches, ResNet-20, an LSTM of 256 cells
-    over 32 steps; random data."""
-    spec = get_paper(name)
+    """The paper's LARGER configuration on random data."""
+    flavor, overrides, shape = LARGER[name]
     torch.manual_seed(0)
-    if name == "vit":
-        model, inputs = spec.build("tiny/4", img_size=32, in_chans=3), torch.randn(batch, 3, 32, 32)
-    elif name == "resnet":
-        model, inputs = spec.build("ResNet-20"), torch.randn(batch, 3, 32, 32)
-    else:
-        model, inputs = spec.build("tiny", input_size=8, hidden_size=256), torch.randn(batch, 32, 8)
+    model, inputs = get_paper(name).build(flavor, **overrides), torch.randn(batch, *shape)
     targets = torch.randint(0, 10, (batch,))
     return model.to(device), inputs.to(device), targets.to(device), get_task("classification")
+
+
+def _configs(name: str, quick: bool) -> list:
+    return [("tiny", default_batch)] + ([("larger", larger_batch)] if name in LARGER and not quick else [])
 
 
 # ---------------------------------------------------------------- rows
@@ -146,7 +154,8 @@ def row_a(args, device) -> list[dict]:
     for name in args.papers:
         cfg = resolve({"paper": name, "wandb": "disabled", "max_steps": args.steps, "log_every": 10})
         spec, data = get_paper(name), get_dataset(cfg.dataset)
-        task = get_task(data.task, data.facts(), label_smoothing=cfg.label_smoothing)
+        facts = data.facts(image_size=cfg.image_size)
+        task = get_task(data.task, facts, label_smoothing=cfg.label_smoothing)
 
         def trainer() -> float:
             with tempfile.TemporaryDirectory() as tmp:
@@ -157,10 +166,10 @@ def row_a(args, device) -> list[dict]:
 
         def bare() -> float:
             torch.manual_seed(cfg.seed)
-            model = spec.build_for_data(cfg.flavor, data.facts()).to(device)
-            train_set, _ = data.load()
+            model = spec.build_for_data(cfg.flavor, facts).to(device)
+            train_set, _ = data.load(image_size=cfg.image_size)
             loader = torch.utils.data.DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
-                                                 collate_fn=data.collate())
+                                                 collate_fn=data.collate(image_size=cfg.image_size))
             optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
             steps, busy = 0, 0.0
             while steps < args.steps:
@@ -186,34 +195,36 @@ def row_a(args, device) -> list[dict]:
     return out
 
 
+def _total(out) -> torch.Tensor:
+    """One scalar of every output a model gives in training (auxiliary classifiers' too), to backpropagate."""
+    if isinstance(out, dict):  # ours: {"logits": ..., "aux": [(logits, weight), ...]}
+        return out["logits"].sum() + sum(a.sum() for a, _ in out["aux"])
+    if isinstance(out, tuple):  # torchvision's GoogLeNetOutputs
+        return sum(t.sum() for t in out if t is not None)
+    return out.sum()
+
+
 def row_b(args, device) -> list[dict]:
-    """Forward+backward time of our models against timm's and torchvision's, same configuration and weights."""
-    import timm
-    import torchvision
+    """Forward+backward time of our models against the reference implementations (each paper's
+    PaperSpec.reference_models: timm, torchvision), same configuration and weights."""
+    from common.pretrained import SOURCES, parse_init
 
-    from papers.resnet import from_torchvision
-    from papers.vit import from_timm
-
-    configs = []
-    if "vit" in args.papers:
-        for label, kw, shape in [("tiny, 8x8, patch 2", dict(img_size=8, patch_size=2, in_chans=1, num_classes=10,
-                                                             embed_dim=128, depth=2, num_heads=4, mlp_ratio=2.0),
-                                  (64, 1, 8, 8)),
-                                 ("ViT-B/16, 224x224", dict(), (2, 3, 224, 224))][: 1 if args.quick else 2]:
-            ref = timm.models.VisionTransformer(**kw) if kw else timm.create_model("vit_base_patch16_224")
-            configs.append((f"vit {label} vs timm", from_timm(ref), ref, shape))
-    if "resnet" in args.papers:
-        for arch, shape in [("resnet18", (16, 3, 64, 64)), ("resnet50", (8, 3, 64, 64))][: 1 if args.quick else 2]:
-            ref = getattr(torchvision.models, arch)()
-            configs.append((f"resnet {arch}, 64x64 vs torchvision", from_torchvision(ref), ref, shape))
     out = []
-    for what, ours, ref, shape in configs:
-        ours, ref = ours.to(device).train(), ref.to(device).train()
-        x = torch.randn(*shape, device=device)
-        o, r, ratio = alternate(lambda: seconds(lambda: ours(x).sum().backward(), args.iters, device),
-                                lambda: seconds(lambda: ref(x).sum().backward(), args.iters, device), args.repeats)
-        out.append(row("b", f"{what}: forward+backward, batch {shape[0]}", f"{o * 1e3:.2f} ms", f"{r * 1e3:.2f} ms",
-                       ratio, "<= 1.05", ratio <= 1.05))
+    for name in args.papers:
+        spec = get_paper(name)
+        for ref in spec.reference_models[: 1 if args.quick else None]:
+            source, arch, _ = parse_init(ref.ref)
+            torch.manual_seed(0)
+            theirs = SOURCES[source](arch, pretrained=False, **ref.kwargs)
+            ours = spec.pretrained[source](theirs)
+            ours, theirs = ours.to(device).train(), theirs.to(device).train()
+            x = torch.randn(*ref.shape, device=device)
+            o, r, ratio = alternate(lambda: seconds(lambda: _total(ours(x)).backward(), args.iters, device),
+                                    lambda: seconds(lambda: _total(theirs(x)).backward(), args.iters, device),
+                                    args.repeats)
+            size = "x".join(map(str, ref.shape[2:]))
+            out.append(row("b", f"{name} vs {source} {arch}, {size}: forward+backward, batch {ref.shape[0]}",
+                           f"{o * 1e3:.2f} ms", f"{r * 1e3:.2f} ms", ratio, "<= 1.05", ratio <= 1.05))
     return out
 
 
@@ -260,7 +271,7 @@ def _copy(model: nn.Module) -> nn.Module:
 def row_d(args, device) -> list[dict]:
     out = []
     for name in args.papers:
-        for label, build in [("tiny", default_batch), ("larger", larger_batch)][: 1 if args.quick else 2]:
+        for label, build in _configs(name, args.quick):
             out.append(_throughput_row(name, label, build, args, device, {"compile": True}, {},
                                        ("d", f"compiled ({args.backend}) vs eager training")))
     return out
@@ -269,7 +280,7 @@ def row_d(args, device) -> list[dict]:
 def row_e(args, device) -> list[dict]:
     out = []
     for name in args.papers:
-        for label, build in [("tiny", default_batch), ("larger", larger_batch)][: 1 if args.quick else 2]:
+        for label, build in _configs(name, args.quick):
             out.append(_throughput_row(name, label, build, args, device, {"precision": "bf16"}, {},
                                        ("e", f"bf16 autocast vs fp32 training on {device.type}")))
     return out
@@ -344,8 +355,8 @@ def row_g(args, device) -> list[dict]:
             session = None
             if device.type == "cpu":
                 model, _, _, _ = default_batch(name, 1, device)
-                session = _onnx_session(model.eval(), spec.inputs, get_dataset(spec.defaults["dataset"]).facts(),
-                                        threads, folder)
+                facts = get_dataset(spec.defaults["dataset"]).facts(image_size=spec.defaults.get("image_size"))
+                session = _onnx_session(model.eval(), spec.inputs, facts, threads, folder)
             for batch in (1, 32):
                 model, inputs, _, _ = default_batch(name, batch, device)
                 model.eval()

@@ -40,7 +40,7 @@ def parse_init(text: str) -> tuple[str, str, Path | None]:
     return source, name, Path(file) if file else None
 
 
-def _timm(name: str, pretrained: bool) -> nn.Module:
+def _timm(name: str, pretrained: bool, **kwargs) -> nn.Module:
     import timm
 
     if not timm.is_model(name):
@@ -48,10 +48,10 @@ def _timm(name: str, pretrained: bool) -> nn.Module:
         raise ConfigError(f"unknown timm model '{name}'" + (f"; did you mean {', '.join(close)}?" if close else ""))
     if pretrained and not timm.is_model_pretrained(name):
         raise ConfigError(f"timm has no pretrained weights for '{name}'; pass a weights file: timm:{name}@FILE")
-    return timm.create_model(name, pretrained=pretrained)
+    return timm.create_model(name, pretrained=pretrained, **kwargs)
 
 
-def _torchvision(name: str, pretrained: bool) -> nn.Module:
+def _torchvision(name: str, pretrained: bool, **kwargs) -> nn.Module:
     import torchvision
 
     names = torchvision.models.list_models()
@@ -59,10 +59,10 @@ def _torchvision(name: str, pretrained: bool) -> nn.Module:
         close = difflib.get_close_matches(name, names, n=3)
         raise ConfigError(f"unknown torchvision model '{name}'"
                           + (f"; did you mean {', '.join(close)}?" if close else ""))
-    return torchvision.models.get_model(name, weights="DEFAULT" if pretrained else None)
+    return torchvision.models.get_model(name, weights="DEFAULT" if pretrained else None, **kwargs)
 
 
-# source -> (model name, download?) -> the reference model. A paper's PaperSpec.pretrained
+# source -> (model name, download?, constructor arguments) -> the reference model. A paper's PaperSpec.pretrained
 # names which of these it loads from.
 SOURCES = {"timm": _timm, "torchvision": _torchvision}
 

@@ -8,9 +8,25 @@ own model) adds one with `register`.
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch.nn as nn
+
+
+class ReferenceModel(NamedTuple):
+    """A reference implementation that bench row b times ours against (`python -m common.bench --rows b`).
+
+    Args:
+        ref: SOURCE:NAME as `--init` takes it ("torchvision:resnet18", "timm:vit_base_patch16_224"),
+            built without pretrained weights; the paper's `pretrained[SOURCE]` loader copies its
+            weights into ours.
+        shape: the input batch both are timed on, forward and backward.
+        kwargs: the reference's constructor arguments (timm.create_model, torchvision's get_model).
+    """
+
+    ref: str
+    shape: tuple[int, ...]
+    kwargs: dict = {}
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,8 @@ class PaperSpec:
         recipe: the paper's own training recipe as TrainConfig values (optimizer, lr, momentum,
             weight_decay, batch_size, epochs or max_steps, schedule, milestones, gamma,
             warmup_steps, augment, ...), applied over `defaults` by `--recipe paper`.
+        reference_models: the reference configurations bench row b times ours against, the
+            first one in its quick form (see ReferenceModel).
     """
 
     name: str
@@ -67,6 +85,7 @@ class PaperSpec:
     padded_batches: bool = False
     pretrained: dict[str, Callable[[nn.Module], nn.Module]] = field(default_factory=dict)
     recipe: dict = field(default_factory=dict)
+    reference_models: tuple[ReferenceModel, ...] = ()
 
     def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
         """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""

@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.alexnet.model import FLAVORS, TORCHVISION, AlexNet
 
 # torchvision's AlexNet.features: (index, kind, (kernel, stride, padding)) of every layer but the ReLUs.
@@ -106,4 +106,5 @@ PAPER = PaperSpec(
     shard_blocks="layers",
     padded_batches=False,
     pretrained={"torchvision": from_torchvision},
+    reference_models=(ReferenceModel("torchvision:alexnet", (16, 3, 64, 64)),),
 )

@@ -92,7 +92,8 @@ class AlexNet(nn.Module):
         dropout_before: torchvision drops fc6's and fc7's inputs, the paper (Section 4.2: "dropout in
             the first two fully-connected layers") their outputs; in eval mode they are the same.
         init: "paper" (Section 5: weights N(0, 0.01), biases 1 in conv2, conv4, conv5, fc6 and fc7,
-            0 elsewhere) or "torchvision" (PyTorch's layer defaults, what torchvision.models.alexnet does).
+            0 elsewhere), "torchvision" (PyTorch's layer defaults, what torchvision.models.alexnet does)
+            or "he" (He et al. 2015's N(0, 2 / fan_in), biases 0).
     """
 
     def __init__(
@@ -116,8 +117,8 @@ class AlexNet(nn.Module):
         super().__init__()
         if not len(widths) == len(kernels) == len(strides) == len(paddings) == len(groups) == len(pools) == 5:
             raise ValueError("widths, kernels, strides, paddings, groups and pools name the five convolutional layers")
-        if init not in ("paper", "torchvision"):
-            raise ValueError(f"unknown init '{init}'; choose from: paper, torchvision")
+        if init not in ("paper", "torchvision", "he"):
+            raise ValueError(f"unknown init '{init}'; choose from: paper, torchvision, he")
         self.in_chans, self.init = in_chans, init
         H, W = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         self.img_size = (H, W)
@@ -151,6 +152,12 @@ class AlexNet(nn.Module):
             for m in self.modules():
                 if isinstance(m, (nn.Conv2d, nn.Linear)):
                     m.reset_parameters()
+            return
+        if self.init == "he":  # He et al. 2015: variance 2 / fan_in keeps a ReLU net's signal at any width
+            for m in self.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                    nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+                    nn.init.zeros_(m.bias)
             return
         ones = {self.layers[1].conv, self.layers[3].conv, self.layers[4].conv, self.fc6, self.fc7}
         for m in [*(layer.conv for layer in self.layers), self.fc6, self.fc7, self.fc8]:
@@ -208,13 +215,16 @@ class AlexNet(nn.Module):
 # The paper's two-tower model of Fig. 2 at 224x224 (padding 2 on conv1 gives its 55x55 maps, as
 # torchvision's); torchvision's one-tower model, which the parity tests load; and "tiny", the
 # same kinds of layers, narrower, for 32x32 images: conv1 5x5 with stride 1 (not 11x11 stride 4),
-# pools at 32 -> 15 -> 7 -> 3, fc6 and fc7 of 256 units.
+# pools at 32 -> 15 -> 7 -> 3, fc6 and fc7 of 256 units. The paper's N(0, 0.01) weights are sized
+# for its widths: at tiny's the signal fades to nothing before fc8 and training stalls at chance
+# (the loss stayed at ln 10 for two epochs of shapes at learning rates 1e-3, 3e-4 and 1e-4), so tiny
+# starts from PyTorch's layer defaults, as torchvision's AlexNet does.
 PAPER = dict(num_classes=1000, img_size=224)
 TORCHVISION = dict(num_classes=1000, img_size=224, widths=(64, 192, 384, 256, 256), groups=(1,) * 5, lrn=False,
                    adaptive_pool=6, dropout_before=True, init="torchvision")
 FLAVORS = {
     "tiny": dict(num_classes=10, img_size=32, widths=(32, 64, 96, 96, 64), kernels=(5, 5, 3, 3, 3),
-                 strides=(1, 1, 1, 1, 1), paddings=(2, 2, 1, 1, 1), hidden=256),
+                 strides=(1, 1, 1, 1, 1), paddings=(2, 2, 1, 1, 1), hidden=256, init="he"),
     "AlexNet": PAPER,
     "torchvision": TORCHVISION,
 }

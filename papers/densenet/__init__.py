@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.densenet.model import FLAVORS, DenseNet
 
 NORM = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
@@ -111,6 +111,7 @@ PAPER = PaperSpec(
     shard_blocks="dense_blocks",
     padded_batches=True,
     pretrained={"torchvision": from_torchvision},
+    reference_models=(ReferenceModel("torchvision:densenet121", (8, 3, 64, 64)),),
     # Section 4.2, CIFAR: SGD with Nesterov momentum 0.9 without dampening, weight decay 1e-4, batch 64,
     # 300 epochs, lr 0.1 divided by 10 at 50% and 75% of the epochs; C10+/C100+ use the standard
     # augmentation (4-pixel padding and random crops, horizontal flips), and then no dropout: the

@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.googlenet.model import FLAVORS, GoogLeNet
 
 # torchvision's transform_input: its pretrained weights read images normalised with mean 0.5 and std 0.5,
@@ -126,6 +126,7 @@ PAPER = PaperSpec(
     reference="torchvision.models.googlenet (the torchvision flavor)",
     shard_blocks="inceptions",
     pretrained={"torchvision": from_torchvision},
+    reference_models=(ReferenceModel("torchvision:googlenet", (16, 3, 64, 64), {"init_weights": False}),),
     # Section 6: asynchronous SGD with momentum 0.9 on many CPU machines (DistBelief), the learning rate
     # decreased by 4% every 8 epochs (here smoothly: 0.96^(1/8) after every epoch), Polyak averaging of
     # the weights for the final model (none here), patches of 8% to 100% of the area with aspect ratios

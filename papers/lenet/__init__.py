@@ -18,12 +18,12 @@ PAPER = PaperSpec(
     # the repo's recipe: AdamW with warmup and cosine decay, on the digits resized to LeNet-5's 32x32
     defaults=dict(dataset="digits", image_size=32, epochs=20, batch_size=64, lr=3e-3, weight_decay=0.0,
                   warmup_steps=20, label_smoothing=0.0, clip_grad=1.0),
-    # The paper's recipe (Section III.C / Appendix C): 20 passes over the training set, one sample per
+    # The paper's recipe (Section III.B / Appendix C): 20 passes over the training set, one sample per
     # update, with the stochastic diagonal Levenberg-Marquardt method: each weight's step is a global
     # rate eta divided by (mu + its diagonal Hessian estimate). Nothing here estimates the Hessian, so
-    # this is plain SGD, without momentum, at the global rate eta and its schedule (0.0005, 0.0002,
-    # 0.00005, then 0.00001 from the 10th pass), as one step schedule with one factor: gamma is
-    # 0.02 ** (1/3), which starts and ends at the paper's values and falls in between at 2, 5 and 9 passes.
+    # this is plain SGD, without momentum, at the global rate eta. The paper lowers eta from 0.0005 to
+    # 0.00001 in steps after the first passes; here one step schedule with one factor, gamma =
+    # 0.02 ** (1/3), starts and ends at those values and steps after 2, 5 and 9 passes.
     recipe=dict(optimizer="sgd", lr=5e-4, momentum=0.0, nesterov=False, weight_decay=0.0, batch_size=1, epochs=20,
                 schedule="step", milestones="0.1,0.25,0.45", gamma=0.02 ** (1 / 3), warmup_steps=0,
                 label_smoothing=0.0, clip_grad=0.0, augment="none"),

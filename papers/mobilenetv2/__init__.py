@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.mobilenetv2.model import FLAVORS, ConvBN, MobileNetV2
 
 NORM = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
@@ -127,6 +127,7 @@ PAPER = PaperSpec(
     shard_blocks="blocks",
     padded_batches=True,
     pretrained={"torchvision": from_torchvision},
+    reference_models=(ReferenceModel("torchvision:mobilenet_v2", (16, 3, 64, 64)),),
     # Section 6.1, ImageNet: RMSProp with decay 0.9 and momentum 0.9, weight decay 4e-5, lr 0.045 decayed
     # by 0.98 per epoch, 16 asynchronous GPU workers with a batch of 96. Asynchronous workers each apply
     # their own updates of 96 images, so each optimizer step here takes 96 (not 16 x 96 = 1,536, which

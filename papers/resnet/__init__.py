@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.resnet.model import FLAVORS, Projection, ResNet
 
 
@@ -100,6 +100,7 @@ PAPER = PaperSpec(
     shard_blocks="stages",
     padded_batches=True,
     pretrained={"torchvision": from_torchvision},
+    reference_models=(ReferenceModel("torchvision:resnet18", (16, 3, 64, 64)), ReferenceModel("torchvision:resnet50", (8, 3, 64, 64))),
     # Section 4.2, CIFAR-10: SGD, momentum 0.9, weight decay 1e-4, mini-batch 128, lr 0.1 divided by 10
     # at 32k and 48k iterations and stopped at 64k; 4 pixels padded on each side, a random 32x32 crop
     # or its horizontal flip. No warmup: lr 0.01 until the training error is below 80% (about 400

@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.vgg.model import FLAVORS, VGG
 
 
@@ -101,6 +101,7 @@ PAPER = PaperSpec(
     reference="torchvision.models.vgg11/13/16/19 and vgg*_bn (the torchvision-vgg* flavors)",
     shard_blocks="blocks",
     pretrained={"torchvision": from_torchvision},
+    reference_models=(ReferenceModel("torchvision:vgg11", (8, 3, 64, 64)), ReferenceModel("torchvision:vgg16_bn", (8, 3, 64, 64))),
     # Section 3.1: mini-batch SGD with momentum 0.9, batch 256, weight decay 5e-4, dropout 0.5 (in the
     # model), lr 1e-2 divided by 10 when the validation accuracy stopped improving, three times, stopped
     # after 370K iterations (74 epochs). The plateaus are not given: we divide at 40%, 70% and 90% of

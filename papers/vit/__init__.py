@@ -2,7 +2,7 @@
 
 import torch
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.vit.model import FLAVORS, VisionTransformer
 
 
@@ -63,4 +63,8 @@ PAPER = PaperSpec(
     shard_blocks="blocks",
     padded_batches=True,
     pretrained={"timm": from_timm},
+    reference_models=(ReferenceModel("timm:vit_base_patch16_224", (64, 1, 8, 8),  # the tiny flavor's sizes
+                                     dict(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=128,
+                                          depth=2, num_heads=4, mlp_ratio=2.0)),
+                      ReferenceModel("timm:vit_base_patch16_224", (2, 3, 224, 224))),
 )
