@@ -149,8 +149,9 @@ def session(path: Path, threads: int | None = None, spin: bool = True):
 def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 1,
           padded: bool = True) -> list[tuple[str, float]]:
     """onnxruntime against PyTorch on batches of 1 and 5, at two sizes where the model reads padded
-    batches: [(what, max |diff|)]. Raises ExportError where a difference exceeds TOLERANCE."""
-    ort_session, report = session(path), []
+    batches: [(what, max |diff|)]. Raises ExportError where a difference exceeds TOLERANCE, times the
+    largest output magnitude where that exceeds 1."""
+    ort_session, report, scales = session(path), [], []
     for batch in (1, 5):
         for larger in (False, True) if padded else (False,):
             inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger, padded=padded)
@@ -160,10 +161,10 @@ def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 
                 f"T={inputs['x'].shape[1]}" + (f", lengths {inputs['lengths'].tolist()}" if padded else "")
             diff = float(np.abs(got - expected).max()) if got.shape == expected.shape else math.inf
             report.append((f"batch {batch}, {shape}", diff))
-    worst = max(d for _, d in report)
-    if worst > TOLERANCE:
-        raise ExportError(f"{path}: onnxruntime differs from PyTorch by {worst:.3g} > {TOLERANCE:g} ("
-                          + "; ".join(f"{w}: {d:.3g}" for w, d in report) + ")")
+            scales.append(max(1.0, float(np.abs(expected).max())))  # float32 rounding grows with the outputs
+    if any(d > TOLERANCE * s for (_, d), s in zip(report, scales)):
+        raise ExportError(f"{path}: onnxruntime differs from PyTorch by more than {TOLERANCE:g} (times the largest "
+                          "output where above 1): " + "; ".join(f"{w}: {d:.3g}" for w, d in report))
     return report
 
 
@@ -233,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(metadata['inputs'])}")
     for what, diff in report:
         print(f"  onnxruntime vs PyTorch, {what}: max |diff| {diff:.2e}")
-    print(f"  largest {max(d for _, d in report):.2e} <= {TOLERANCE:g}")
+    worst = max(d for _, d in report)
+    print(f"  largest {worst:.2e} <= {TOLERANCE:g}" if worst <= TOLERANCE else
+          f"  largest {worst:.2e}, within {TOLERANCE:g} times the largest output")
     if args.samples:
         if preprocess is None:
             print(f"--samples: {cfg.dataset} holds no images; none written", file=sys.stderr)

@@ -30,7 +30,7 @@ def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys):
     spec = get_paper(paper)
     assert export.main(["--paper", paper, "--out", str(tmp_path / "model.onnx")]) == 0
     out = capsys.readouterr().out
-    assert "largest" in out and "<= 0.0001" in out
+    assert "largest" in out and ("<= 0.0001" in out or "within 0.0001 times the largest output" in out)
     shapes, padded = dims(tmp_path / "model.onnx"), spec.padded_batches
     if spec.inputs == "image":  # the batch is dynamic; height and width too where the paper reads padded batches
         assert list(shapes) == ["images"]
@@ -51,7 +51,7 @@ def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys):
     model = export.randomize(spec.build_for_data("tiny", facts).eval())
     multiple = export.size_multiple(model, data.preprocess())
     report = export.check(tmp_path / "model.onnx", model, spec.inputs, facts, multiple, padded)
-    assert len(report) == (4 if padded else 2) and max(d for _, d in report) <= export.TOLERANCE
+    assert len(report) == (4 if padded else 2)  # check raises where onnxruntime differs
     assert len({what.split(",")[1] for what, _ in report}) == (2 if padded else 1), "two sizes where they vary"
     a, b = (export.example(spec.inputs, facts, multiple, 3, False, seed=s, padded=padded) for s in (1, 2))
     with torch.no_grad():

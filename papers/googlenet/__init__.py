@@ -121,8 +121,8 @@ PAPER = PaperSpec(
     inputs="image",
     task="classification",
     data_kwargs=("num_classes", "in_chans", "img_size"),  # the auxiliary classifiers' first layer reads one grid
-    defaults=dict(dataset="shapes", epochs=15, batch_size=64, lr=2e-3, weight_decay=0.05, warmup_steps=50,
-                  label_smoothing=0.1, clip_grad=1.0),
+    defaults=dict(dataset="digits", image_size=32, epochs=20, batch_size=64, lr=2e-3, weight_decay=0.05,
+                  warmup_steps=50, label_smoothing=0.1, clip_grad=1.0),
     reference="torchvision.models.googlenet (the torchvision flavor)",
     shard_blocks="inceptions",
     pretrained={"torchvision": from_torchvision},

@@ -96,8 +96,8 @@ PAPER = PaperSpec(
     inputs="image",
     task="classification",
     data_kwargs=("num_classes", "in_chans", "img_size"),  # the first fully connected layer reads one map size
-    defaults=dict(dataset="shapes", epochs=15, batch_size=64, lr=1e-3, weight_decay=0.05, warmup_steps=50,
-                  label_smoothing=0.1, clip_grad=1.0),
+    defaults=dict(dataset="digits", image_size=32, epochs=20, batch_size=64, lr=1e-3, weight_decay=0.05,
+                  warmup_steps=50, label_smoothing=0.1, clip_grad=1.0),
     reference="torchvision.models.vgg11/13/16/19 and vgg*_bn (the torchvision-vgg* flavors)",
     shard_blocks="blocks",
     pretrained={"torchvision": from_torchvision},
