@@ -102,8 +102,9 @@ class PaperSpec:
 
 
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
+# The CNN lineage first, in the order a study group reads it; then attention for images and
+# recurrence for sequences.
 PAPER_FOLDERS = (
-    # the CNN lineage, in the order a study group reads it
     "lenet",
     "alexnet",
     "vgg",
@@ -111,7 +112,6 @@ PAPER_FOLDERS = (
     "resnet",
     "densenet",
     "mobilenetv2",
-    # attention for images; recurrence for sequences
     "vit",
     "lstm",
 )
