@@ -67,6 +67,22 @@ def _torchvision(name: str, pretrained: bool, **kwargs) -> nn.Module:
 SOURCES = {"timm": _timm, "torchvision": _torchvision}
 
 
+def load_mapped(model: nn.Module, reference: nn.Module, ours_to_theirs: dict[str, str], what: str) -> nn.Module:
+    """model with the reference's tensors copied in by name (our name -> theirs), strictly: every
+    tensor of the reference mapped, every one of ours found with its shape, else a ValueError that
+    names what differs (`what`: "torchvision ResNet", ...)."""
+    src, dst = reference.state_dict(), model.state_dict()
+    missing = sorted(set(src) - set(ours_to_theirs.values()))
+    unmatched = sorted(k for k in dst if k not in ours_to_theirs or ours_to_theirs[k] not in src)
+    wrong_shape = sorted(k for k in dst if k not in unmatched and dst[k].shape != src[ours_to_theirs[k]].shape)
+    if missing or unmatched or wrong_shape:
+        raise ValueError(f"this {what} does not map onto the paper's: tensors of theirs not mapped "
+                         f"{missing[:3]}, of ours not found {unmatched[:3]}, of another shape {wrong_shape[:3]}")
+    with torch.no_grad():
+        model.load_state_dict({ours: src[theirs] for ours, theirs in ours_to_theirs.items()})  # strict
+    return model
+
+
 def _one_line(error: Exception, limit: int = 160) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."

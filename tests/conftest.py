@@ -155,3 +155,35 @@ def interrupted_copy(run_dir: Path, step: int, dest: Path) -> Path:
 def tree_snapshot(folder: Path) -> dict:
     """Every file under `folder` with its bytes, to show that nothing changed."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def randomize_batch_norm(model, linear: bool = False):
+    """Random scales, shifts and running statistics in every batch norm (and, with linear, random
+    fully connected layers), in eval mode, so that a tensor mapped to the wrong place changes the output."""
+    import torch
+    import torch.nn as nn
+
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.2)
+                m.running_mean.normal_(0, 0.2)
+                m.running_var.uniform_(0.5, 2.0)
+            elif linear and isinstance(m, nn.Linear):
+                m.weight.normal_(0, 0.5)
+                m.bias.normal_(0, 0.5)
+    return model.eval()
+
+
+def pad_batch(images: list) -> tuple:
+    """Images (C, h_i, w_i) zero-padded at the bottom and right to the largest, and the mask (B, H, W)."""
+    import torch
+
+    H, W = max(x.shape[1] for x in images), max(x.shape[2] for x in images)
+    batch = torch.zeros(len(images), images[0].shape[0], H, W)
+    mask = torch.zeros(len(images), H, W, dtype=torch.bool)
+    for i, x in enumerate(images):
+        batch[i, :, : x.shape[1], : x.shape[2]] = x
+        mask[i, : x.shape[1], : x.shape[2]] = True
+    return batch, mask

@@ -165,7 +165,7 @@ def test_tiny_reads_32x32_shapes_and_fixed_sizes_only():
     model = PAPER.build("tiny", num_classes=10, in_chans=3, img_size=32)
     assert model.forward_features(torch.randn(2, 3, 32, 32)).shape == (2, 64, 3, 3)
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
-    assert PAPER.defaults["dataset"] == "shapes" and not PAPER.padded_batches
+    assert (PAPER.defaults["dataset"], PAPER.defaults["image_size"]) == ("digits", 32) and not PAPER.padded_batches
     assert PAPER.shard_blocks == "layers" and isinstance(model.layers, nn.ModuleList)
     with pytest.raises(ValueError, match="leaves no map after pool5"):
         AlexNet(img_size=32)  # the paper's strides on 32x32 images

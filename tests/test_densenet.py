@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
+from tests.conftest import pad_batch, randomize_batch_norm
 from papers.densenet import PAPER, from_torchvision
 from papers.densenet.model import FLAVORS, DenseNet
 
@@ -34,33 +35,6 @@ def count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def randomize(model: nn.Module) -> nn.Module:
-    """Random batch-norm scales, shifts and running statistics and a random classifier, in eval mode,
-    so that a tensor mapped to the wrong place changes the output."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0, 0.2)
-                m.running_mean.normal_(0, 0.2)
-                m.running_var.uniform_(0.5, 2.0)
-            elif isinstance(m, nn.Linear):
-                m.weight.normal_(0, 0.5)
-                m.bias.normal_(0, 0.5)
-    return model.eval()
-
-
-def pad_batch(images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images (C, h_i, w_i) zero-padded at the bottom and right to the largest, and the mask (B, H, W)."""
-    H, W = max(x.shape[1] for x in images), max(x.shape[2] for x in images)
-    batch = torch.zeros(len(images), images[0].shape[0], H, W)
-    mask = torch.zeros(len(images), H, W, dtype=torch.bool)
-    for i, x in enumerate(images):
-        batch[i, :, : x.shape[1], : x.shape[2]] = x
-        mask[i, : x.shape[1], : x.shape[2]] = True
-    return batch, mask
-
-
 def small_torchvision(**kwargs) -> nn.Module:
     """A three-block torchvision DenseNet, small enough to test at odd sizes."""
     return torchvision.models.DenseNet(growth_rate=8, block_config=(2, 3, 2), num_init_features=16, bn_size=2,
@@ -74,7 +48,7 @@ def small_torchvision(**kwargs) -> nn.Module:
 ], ids=["densenet121", "small-odd-size", "small-dropout-memory-efficient"])
 def test_logits_equal_torchvision(build, size):
     torch.manual_seed(0)
-    theirs = randomize(build())
+    theirs = randomize_batch_norm(build(), linear=True)
     ours = from_torchvision(theirs).eval()
     assert len(ours.state_dict()) == len(theirs.state_dict())  # every weight and buffer mapped
     x = torch.randn(2, 3, *size)
@@ -211,7 +185,7 @@ def test_tiny_flavor_runs_on_32x32_shapes():
     logits = model(x)
     assert logits.shape == (4, 10) and torch.isfinite(logits).all()
     assert PAPER.shard_blocks == "dense_blocks" and isinstance(model.dense_blocks, nn.ModuleList)
-    assert PAPER.defaults["dataset"] == "shapes"
+    assert (PAPER.defaults["dataset"], PAPER.defaults["image_size"]) == ("digits", 32)  # the digits resized to 32x32
 
 
 def test_bad_arguments_are_refused():
@@ -231,8 +205,9 @@ def test_a_padded_batch_gives_each_image_its_own_logits(flavor, sizes):
     """Eval mode, random batch-norm statistics: each image of a zero-padded batch of mixed sizes gets the
     logits it gets alone and unpadded, also where a 2x2 average pool drops the last row of an odd side."""
     torch.manual_seed(0)
-    model = randomize(PAPER.build("tiny") if flavor == "tiny" else  # Table 1's layout, fewer and narrower layers
-                      DenseNet(growth_rate=8, block_config=(2, 3, 2, 2), stem="imagenet", num_classes=10))
+    model = randomize_batch_norm(PAPER.build("tiny") if flavor == "tiny" else  # Table 1's layout, fewer, narrower
+                                 DenseNet(growth_rate=8, block_config=(2, 3, 2, 2), stem="imagenet", num_classes=10),
+                                 linear=True)
     images = [torch.randn(3, h, w) for h, w in sizes]
     batch, mask = pad_batch(images)
     with torch.no_grad():

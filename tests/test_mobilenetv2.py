@@ -11,6 +11,7 @@ import torch.nn as nn
 import torchvision
 
 from common.throughput import forward_macs
+from tests.conftest import pad_batch, randomize_batch_norm
 from papers.mobilenetv2 import PAPER, from_torchvision
 from papers.mobilenetv2.model import TABLE2, ConvBN, MobileNetV2, make_divisible
 
@@ -41,33 +42,6 @@ def count(model: nn.Module, batch_norm: bool = True) -> int:
     return sum(p.numel() for p in model.parameters() if id(p) not in skip)
 
 
-def randomize(model: nn.Module) -> nn.Module:
-    """Random batch-norm scales, shifts and running statistics and a random classifier, in eval mode,
-    so that a tensor mapped to the wrong place changes the output."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0, 0.2)
-                m.running_mean.normal_(0, 0.2)
-                m.running_var.uniform_(0.5, 2.0)
-            elif isinstance(m, nn.Linear):
-                m.weight.normal_(0, 0.5)
-                m.bias.normal_(0, 0.5)
-    return model.eval()
-
-
-def pad_batch(images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images (C, h_i, w_i) zero-padded at the bottom and right to the largest, and the mask (B, H, W)."""
-    H, W = max(x.shape[1] for x in images), max(x.shape[2] for x in images)
-    batch = torch.zeros(len(images), images[0].shape[0], H, W)
-    mask = torch.zeros(len(images), H, W, dtype=torch.bool)
-    for i, x in enumerate(images):
-        batch[i, :, : x.shape[1], : x.shape[2]] = x
-        mask[i, : x.shape[1], : x.shape[2]] = True
-    return batch, mask
-
-
 SMALL = [[1, 8, 1, 1], [4, 12, 2, 2], [3, 20, 2, 2]]  # a shorter Table 2 with other expansions
 
 
@@ -78,7 +52,7 @@ SMALL = [[1, 8, 1, 1], [4, 12, 2, 2], [3, 20, 2, 2]]  # a shorter Table 2 with o
 ], ids=["1.0", "0.5-odd-size", "small-setting"])
 def test_logits_equal_torchvision(kwargs, size):
     torch.manual_seed(0)
-    theirs = randomize(torchvision.models.mobilenet_v2(weights=None, **kwargs))
+    theirs = randomize_batch_norm(torchvision.models.mobilenet_v2(weights=None, **kwargs), linear=True)
     ours = from_torchvision(theirs).eval()
     assert len(ours.state_dict()) == len(theirs.state_dict())  # every weight and buffer mapped
     assert count(ours) == count(theirs)
@@ -167,7 +141,7 @@ def test_table2_layout_and_output_sizes():
 def test_linear_bottlenecks_and_relu6():
     """Table 1: ReLU6 after the expansion and the depthwise convolution, none after the projection."""
     torch.manual_seed(0)
-    model = randomize(PAPER.build("tiny"))
+    model = randomize_batch_norm(PAPER.build("tiny"), linear=True)
     outputs = {}
     for name, m in model.named_modules():
         if isinstance(m, ConvBN):
@@ -201,7 +175,7 @@ def test_tiny_flavor_runs_on_32x32_shapes_with_dropout_before_the_classifier():
         assert torch.equal(model(x), logits) and not torch.equal(model.train()(x), model(x))  # dropout in training
     assert logits.shape == (4, 10) and torch.isfinite(logits).all()
     assert PAPER.shard_blocks == "blocks" and isinstance(model.blocks, nn.ModuleList)
-    assert PAPER.defaults["dataset"] == "shapes"
+    assert (PAPER.defaults["dataset"], PAPER.defaults["image_size"]) == ("digits", 32)  # the digits resized to 32x32
 
 
 def test_bad_arguments_are_refused():
@@ -219,7 +193,7 @@ def test_a_padded_batch_gives_each_image_its_own_logits(flavor, sizes):
     """Eval mode, random batch-norm statistics: each image of a zero-padded batch of mixed sizes (odd,
     even, taller, wider) gets the logits it gets alone and unpadded."""
     torch.manual_seed(0)
-    model = randomize(PAPER.build(flavor, num_classes=10))
+    model = randomize_batch_norm(PAPER.build(flavor, num_classes=10), linear=True)
     images = [torch.randn(3, h, w) for h, w in sizes]
     batch, mask = pad_batch(images)
     with torch.no_grad():

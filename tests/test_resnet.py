@@ -7,6 +7,7 @@ import torchvision
 
 from common.layers import MaskedBatchNorm2d
 from common.throughput import forward_macs
+from tests.conftest import pad_batch, randomize_batch_norm
 from papers.resnet import PAPER, from_torchvision
 from papers.resnet.model import FLAVORS, PadShortcut, Projection, ResNet
 
@@ -19,34 +20,11 @@ def count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def randomize_batch_norm(model: nn.Module) -> nn.Module:
-    """Random scales, shifts and running statistics in every batch norm, and eval mode."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0, 0.2)
-                m.running_mean.normal_(0, 0.2)
-                m.running_var.uniform_(0.5, 2.0)
-    return model.eval()
-
-
 def random_torchvision(name: str, **kwargs) -> nn.Module:
     """A torchvision ResNet in eval mode with random weights and random batch-norm statistics,
     so that a scale, shift, mean or variance mapped to the wrong place changes the output."""
     torch.manual_seed(0)
     return randomize_batch_norm(getattr(torchvision.models, name)(weights=None, **kwargs))
-
-
-def pad_batch(images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images (C, h_i, w_i) zero-padded at the bottom and right to the largest, and the mask (B, H, W)."""
-    H, W = max(x.shape[1] for x in images), max(x.shape[2] for x in images)
-    batch = torch.zeros(len(images), images[0].shape[0], H, W)
-    mask = torch.zeros(len(images), H, W, dtype=torch.bool)
-    for i, x in enumerate(images):
-        batch[i, :, : x.shape[1], : x.shape[2]] = x
-        mask[i, : x.shape[1], : x.shape[2]] = True
-    return batch, mask
 
 
 @pytest.mark.parametrize("name, kwargs", [("resnet18", {}), ("resnet50", {}), ("resnet18", dict(num_classes=7))])

@@ -1,8 +1,8 @@
 """DenseNet: Huang et al., 2016. The spec, and weight loading from torchvision."""
 
-import torch
 import torch.nn as nn
 
+from common.pretrained import load_mapped
 from papers import PaperSpec, ReferenceModel
 from papers.densenet.model import FLAVORS, DenseNet
 
@@ -81,16 +81,7 @@ def from_torchvision(tv_model: nn.Module) -> DenseNet:
             ours_to_theirs[f"transitions.{i}.conv.weight"] = f"features.transition{i + 1}.conv.weight"
             ours_to_theirs |= {f"transitions.{i}.norm.{p}": f"features.transition{i + 1}.norm.{p}" for p in NORM}
 
-    src, dst = tv_model.state_dict(), model.state_dict()
-    missing = sorted(set(src) - set(ours_to_theirs.values()))
-    unmatched = sorted(k for k in dst if k not in ours_to_theirs or ours_to_theirs[k] not in src)
-    wrong_shape = sorted(k for k in dst if k not in unmatched and dst[k].shape != src[ours_to_theirs[k]].shape)
-    if missing or unmatched or wrong_shape:
-        raise ValueError(f"this torchvision DenseNet does not map onto the paper's: tensors of theirs not mapped "
-                         f"{missing[:3]}, of ours not found {unmatched[:3]}, of another shape {wrong_shape[:3]}")
-    with torch.no_grad():
-        model.load_state_dict({ours: src[theirs] for ours, theirs in ours_to_theirs.items()})  # strict
-    return model
+    return load_mapped(model, tv_model, ours_to_theirs, "torchvision DenseNet")
 
 
 PAPER = PaperSpec(

@@ -1,8 +1,8 @@
 """MobileNetV2: Sandler et al., 2018. The spec, and weight loading from torchvision."""
 
-import torch
 import torch.nn as nn
 
+from common.pretrained import load_mapped
 from papers import PaperSpec, ReferenceModel
 from papers.mobilenetv2.model import FLAVORS, ConvBN, MobileNetV2
 
@@ -97,16 +97,7 @@ def from_torchvision(tv_model: nn.Module) -> MobileNetV2:
         num_classes=classifier[1].out_features,
         in_chans=stem.in_channels,
     )
-    src, dst = tv_model.state_dict(), model.state_dict()
-    missing = sorted(set(src) - set(ours_to_theirs.values()))
-    unmatched = sorted(k for k in dst if k not in ours_to_theirs or ours_to_theirs[k] not in src)
-    wrong_shape = sorted(k for k in dst if k not in unmatched and dst[k].shape != src[ours_to_theirs[k]].shape)
-    if missing or unmatched or wrong_shape:
-        raise ValueError(f"this torchvision MobileNetV2 does not map onto the paper's: tensors of theirs not mapped "
-                         f"{missing[:3]}, of ours not found {unmatched[:3]}, of another shape {wrong_shape[:3]}")
-    with torch.no_grad():
-        model.load_state_dict({ours: src[theirs] for ours, theirs in ours_to_theirs.items()})  # strict
-    return model
+    return load_mapped(model, tv_model, ours_to_theirs, "torchvision MobileNetV2")
 
 
 PAPER = PaperSpec(

@@ -1,8 +1,8 @@
 """ResNet: He et al., 2015. The spec, and weight loading from torchvision."""
 
-import torch
 import torch.nn as nn
 
+from common.pretrained import load_mapped
 from papers import PaperSpec, ReferenceModel
 from papers.resnet.model import FLAVORS, Projection, ResNet
 
@@ -69,17 +69,7 @@ def from_torchvision(tv_model: nn.Module) -> ResNet:
                 ours_to_theirs[f"{ours}.shortcut.conv.weight"] = f"{theirs}.downsample.0.weight"
                 ours_to_theirs |= {f"{ours}.shortcut.bn.{p}": f"{theirs}.downsample.1.{p}" for p in norm}
 
-    src = tv_model.state_dict()
-    dst = model.state_dict()
-    missing = sorted(set(src) - set(ours_to_theirs.values()))
-    unmatched = sorted(k for k in dst if k not in ours_to_theirs or ours_to_theirs[k] not in src)
-    wrong_shape = sorted(k for k in dst if k not in unmatched and dst[k].shape != src[ours_to_theirs[k]].shape)
-    if missing or unmatched or wrong_shape:
-        raise ValueError(f"this torchvision ResNet does not map onto the paper's: tensors of theirs not mapped "
-                         f"{missing[:3]}, of ours not found {unmatched[:3]}, of another shape {wrong_shape[:3]}")
-    with torch.no_grad():
-        model.load_state_dict({ours: src[theirs] for ours, theirs in ours_to_theirs.items()})  # strict
-    return model
+    return load_mapped(model, tv_model, ours_to_theirs, "torchvision ResNet")
 
 
 PAPER = PaperSpec(
