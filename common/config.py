@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from common.errors import ConfigError
-from common.optim import OPTIMIZERS, SCHEDULES, parse_milestones
+from common.optim import OPTIMIZERS, SCHEDULES, parse_gammas, parse_milestones
 from common.parallel import STRATEGIES, resolve_strategy
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -53,6 +53,7 @@ class TrainConfig:
     schedule: str = "cosine"  # after warmup: cosine, step (milestones, gamma), exponential (gamma per epoch), constant
     milestones: str | None = None  # step schedule: fractions of the run, e.g. "0.5,0.75"
     gamma: float = 0.1  # the factor at each milestone, or per epoch
+    gammas: str | None = None  # step schedule: one factor per milestone instead of gamma, e.g. "0.4,0.5"
     augment: str = "none"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment)
     label_smoothing: float = 0.0
     seed: int = 0
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", choices=SCHEDULES, help="after warmup: cosine, step, exponential or constant")
     p.add_argument("--milestones", help="step schedule: fractions of the run where lr is multiplied by gamma")
     p.add_argument("--gamma", type=positive_float, help="step: the factor at each milestone; exponential: per epoch")
+    p.add_argument("--gammas", help="step: one factor per milestone, e.g. 0.4,0.5 (instead of one gamma)")
     p.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
     p.add_argument("--label-smoothing", type=non_negative_float)
     p.add_argument("--seed", type=non_negative_int)
@@ -333,7 +335,9 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"momentum must be >= 0 and gamma > 0, got {cfg.momentum} and {cfg.gamma}")
     try:
         if cfg.schedule == "step":
-            parse_milestones(cfg.milestones)
+            parse_gammas(cfg.gammas, len(parse_milestones(cfg.milestones)))
+        elif cfg.gammas is not None:
+            raise ValueError(f"--gammas goes with the step schedule, not {cfg.schedule}")
         augment_steps = parse_augment(cfg.augment)
     except ValueError as e:
         raise ConfigError(str(e)) from None

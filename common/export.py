@@ -219,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run:
         torch.manual_seed(0)
         model = randomize(spec.build_for_data(cfg.flavor, facts).eval())
+    if getattr(model, "onnx_refusal", None):  # a model says why torch.onnx cannot take it
+        print(f"error: {cfg.paper} does not export to ONNX: {model.onnx_refusal}", file=sys.stderr)
+        return 2
     multiple, padded = size_multiple(model, preprocess), spec.padded_batches
     inputs = list(example(spec.inputs, facts, multiple, 1, False, 0, padded))
     metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,

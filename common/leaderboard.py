@@ -4,6 +4,7 @@
     python -m common.leaderboard --format markdown --best-only --write README.md
     python -m common.leaderboard --source wandb --project ENTITY/PROJECT
     python -m common.leaderboard --plot curves.png --runs RUN_ID ...
+    python -m common.leaderboard --plot points.png --dataset D [--epochs N]
 
 Results come from the local store (results/, one JSON file per finished run,
 written by the trainer) or from a wandb project's finished runs, whose
@@ -189,7 +190,8 @@ def scatter(out: Path, tables: dict[tuple[str, str], list[dict]]) -> None:
     import matplotlib.pyplot as plt
 
     if len(tables) != 1:
-        raise ConfigError(f"--scatter draws one table; these runs make {len(tables)}: choose one with --dataset")
+        raise ConfigError(f"--plot without --runs draws one table; these runs make {len(tables)}: "
+                          "choose one with --dataset")
     (task, dataset), rows = next(iter(tables.items()))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, key, label in ((axes[0], "params", "parameters"), (axes[1], "samples_per_s", "training samples/s")):
@@ -216,15 +218,15 @@ def main(argv: list[str] | None = None, api=None) -> int:
     p.add_argument("--epochs", type=int, help="only runs of this many epochs (papers trained alike)")
     p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table")
     p.add_argument("--write", type=Path, help="replace the leaderboard section of this file")
-    p.add_argument("--plot", type=Path, help="draw the loss and metric curves of --runs into this image")
+    p.add_argument("--plot", type=Path,
+                   help="draw into this image: with --runs, their loss and metric curves; without, one table's "
+                        "runs as points, the metric against parameters and against training samples/s")
     p.add_argument("--runs", nargs="+", default=[], help="run ids or run directories, with --plot")
-    p.add_argument("--scatter", type=Path,
-                   help="draw one table's runs into this image: the metric against parameters and against samples/s")
     args = p.parse_args(argv)
     try:
-        if args.plot:
-            if not args.runs:
-                raise ConfigError("--plot needs --runs RUN_ID ...")
+        if args.runs and not args.plot:
+            raise ConfigError("--runs goes with --plot FILE")
+        if args.plot and args.runs:
             plot(args.plot, args.runs, args.results_dir)
             print(f"wrote {args.plot}")
             return 0
@@ -232,9 +234,9 @@ def main(argv: list[str] | None = None, api=None) -> int:
             raise ConfigError("--source wandb needs --project ENTITY/PROJECT")
         results = wandb_results(args.project, api) if args.source == "wandb" else local_results(args.results_dir)
         tables = rank(results, args.paper, args.dataset, args.best_only, args.epochs)
-        if args.scatter:
-            scatter(args.scatter, tables)
-            print(f"wrote {args.scatter}")
+        if args.plot:
+            scatter(args.plot, tables)
+            print(f"wrote {args.plot}")
             return 0
         text = render(tables, args.format)
         if args.write:

@@ -55,27 +55,43 @@ def parse_milestones(text: str | None) -> list[float]:
     return values
 
 
+def parse_gammas(text: str | None, milestones: int) -> list[float] | None:
+    """"0.4,0.5" -> [0.4, 0.5]: one positive factor per milestone; None where one gamma serves all."""
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != milestones or any(v <= 0 for v in values):
+        raise ValueError(f"gammas must be {milestones} positive factors, one per milestone, such as 0.4,0.5; "
+                         f"got {text!r}")
+    return values
+
+
 def schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, kind: str = "cosine",
-             milestones: str | None = None, gamma: float = 0.1,
-             steps_per_epoch: int = 1) -> torch.optim.lr_scheduler.LambdaLR:
+             milestones: str | None = None, gamma: float = 0.1, steps_per_epoch: int = 1,
+             gammas: str | None = None) -> torch.optim.lr_scheduler.LambdaLR:
     """The learning rate as a factor of the peak, step by step: a linear warmup from 0 over `warmup_steps`,
     then
 
         cosine       cosine decay to 0 at `total_steps`
-        step         times `gamma` at each milestone (fractions of `total_steps`)
+        step         times `gamma` at each milestone (fractions of `total_steps`), or times the
+                     milestone's own factor where `gammas` names one per milestone
         exponential  times `gamma` after every epoch of `steps_per_epoch` steps
         constant     the peak throughout
     """
     if kind not in SCHEDULES:
         raise ValueError(f"unknown schedule '{kind}'; choose from: {', '.join(SCHEDULES)}")
     boundaries = [round(m * total_steps) for m in parse_milestones(milestones)] if kind == "step" else []
+    factors = parse_gammas(gammas, len(boundaries)) or [gamma] * len(boundaries)
 
     def after_warmup(step: int) -> float:
         if kind == "cosine":
             progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
         if kind == "step":
-            return gamma ** sum(step >= b for b in boundaries)
+            return math.prod(f for f, b in zip(factors, boundaries) if step >= b)
         if kind == "exponential":
             return gamma ** (step // steps_per_epoch)
         return 1.0

@@ -2,6 +2,11 @@
 
     python -m common.predict --onnx model.onnx IMAGE [IMAGE ...] [--threads N]
 
+Detection models draw their boxes, with labels and scores, on the images (PNG files
+in --out), from a finished run's weights (this path needs torch):
+
+    python -m common.predict --run RUN_DIR IMAGE [IMAGE ...] --out DIR [--threshold 0.5]
+
 or from Python:
 
     from common.predict import predict
@@ -110,13 +115,59 @@ def predict(onnx_path: str | Path, images: list, threads: int | None = None) -> 
     return Predictor(onnx_path, threads)(images)
 
 
+def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: float = 0.5) -> list[list[tuple]]:
+    """A detection run's (label, score, box x1 y1 x2 y2) above the threshold for each image file, and
+    each image with them drawn on, as OUT_DIR/<image name>.png."""
+    import torch
+    from torchvision.io import write_png
+
+    from common.data import get_dataset
+    from common.errors import ConfigError
+    from common.evaluate import draw
+    from common.export import load_run
+
+    try:
+        model, cfg = load_run(Path(run_dir))
+    except ConfigError as e:
+        raise PredictError(str(e)) from None
+    data = get_dataset(cfg.dataset)
+    if data.task != "detection":
+        raise PredictError(f"{run_dir} is a {data.task} run: --run draws detections; classify with "
+                           "python -m common.export --run RUN_DIR, then --onnx")
+    pre = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    results = []
+    for image in images:
+        x = torch.from_numpy(prepare(_open(image), pre))  # (3, H, W), at its own size
+        with torch.no_grad():
+            found = model(x[None])[0]
+        keep = found["scores"] >= threshold
+        boxes, scores, labels = found["boxes"][keep], found["scores"][keep], found["labels"][keep]
+        names = [pre["labels"][int(c)] for c in labels]
+        picture = draw((x * torch.tensor(pre["std"])[:, None, None] + torch.tensor(pre["mean"])[:, None, None])
+                       / pre["scale"] / 255, boxes, [f"{n} {float(s):.2f}" for n, s in zip(names, scores)],
+                       zoom=max(1, 400 // max(x.shape[1:])))  # small images enlarged to be read
+        write_png(picture, str(Path(out_dir) / f"{Path(str(image)).stem}.png"))
+        results.append([(n, float(s), [round(float(v), 1) for v in b]) for n, s, b in zip(names, scores, boxes)])
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.predict", description=__doc__.split("\n")[0])
-    p.add_argument("--onnx", required=True, help="a model.onnx written by python -m common.export")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--onnx", help="a model.onnx written by python -m common.export")
+    source.add_argument("--run", help="a finished detection run's directory: draw its detections")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--threads", type=int, help="onnxruntime threads (default: its own choice)")
+    p.add_argument("--out", default="predictions", help="with --run: the folder for the drawn images")
+    p.add_argument("--threshold", type=float, default=0.5, help="with --run: the lowest score drawn")
     args = p.parse_args(argv)
     try:
+        if args.run:
+            for path, found in zip(args.images, detect(args.run, args.images, args.out, args.threshold)):
+                print(f"{path}: " + ("; ".join(f"{n} {s:.2f} at {b}" for n, s, b in found) or "nothing found"))
+            print(f"drew them into {args.out}/")
+            return 0
         results = predict(args.onnx, args.images, args.threads)
     except PredictError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -66,11 +66,14 @@ class Task:
     def build_metrics(self, device: torch.device) -> MetricCollection:
         return MetricCollection(self.metrics(), compute_groups=False).to(device)
 
-    @staticmethod
-    def compute(metrics: MetricCollection) -> dict[str, float]:
+    def compute(self, metrics: MetricCollection) -> dict[str, float]:
         """Every metric over all that was evaluated, on every rank (each metric gathers its
         states from all ranks first). Every rank must call it."""
         return {name: float(value) for name, value in metrics.compute().items() if value.numel() == 1}
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        """One line for the end of an epoch."""
+        return f"test {self.metric} {metrics[self.metric]:.4g}, loss {metrics['loss']:.4g}"
 
 
 class Classification(Task):
@@ -125,7 +128,52 @@ class Regression(Task):
         metrics["loss"].update(*pair)
 
 
-TASKS = {task.kind: task for task in (Classification, Regression)}
+class Detection(Task):
+    """Object detection: every image has its own number of boxes.
+
+    Targets are a list with one dict per image: {"boxes": (n, 4) x1 y1 x2 y2 in pixels, "labels":
+    (n,) int64}, n possibly 0. A detection model computes its own loss, which is part of each paper's
+    contribution: in training, `model(images, mask=mask, targets=targets)` returns named, weighted
+    loss terms, whose sum is the loss; in eval mode, `model(images, mask=mask)` returns one dict per
+    image, {"boxes", "scores", "labels"}. Scored by COCO's mean average precision over IoU
+    thresholds .5 to .95 ("map"), at .5 ("map_50") and .75, and its mean average recall with 100
+    detections per image ("mar_100"), with torchmetrics' MeanAveragePrecision (faster_coco_eval's
+    implementation of the COCO evaluation). The evaluation has no loss: the models give detections.
+    """
+
+    kind = "detection"
+    metric = "map"
+    higher_is_better = True
+    REPORTED = ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_1", "mar_10", "mar_100")
+
+    def forward(self, model: nn.Module, inputs, targets):
+        images, mask = (inputs["images"], inputs.get("mask")) if isinstance(inputs, dict) else (inputs, None)
+        if model.training:
+            return model(images, mask=mask, targets=targets)
+        return model(images, mask=mask)
+
+    def loss(self, outputs: dict[str, torch.Tensor], targets) -> torch.Tensor:
+        return sum(outputs.values())
+
+    def metrics(self) -> dict[str, Metric]:
+        from torchmetrics.detection import MeanAveragePrecision  # imported here: it takes a second
+
+        return {"map": MeanAveragePrecision(box_format="xyxy", iou_type="bbox", backend="faster_coco_eval")}
+
+    def update(self, metrics: MetricCollection, outputs: list[dict], targets: list[dict]) -> None:
+        detections = [{k: d[k].float() if k != "labels" else d[k] for k in ("boxes", "scores", "labels")}
+                      for d in outputs]
+        metrics["map"].update(detections, [{"boxes": t["boxes"].float(), "labels": t["labels"]} for t in targets])
+
+    def compute(self, metrics: MetricCollection) -> dict[str, float]:
+        values = metrics.compute()
+        return {name: float(values[name]) for name in self.REPORTED}
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        return f"test map {metrics['map']:.4g}, map_50 {metrics['map_50']:.4g}, mar_100 {metrics['mar_100']:.4g}"
+
+
+TASKS = {task.kind: task for task in (Classification, Regression, Detection)}
 
 
 def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0) -> Task:

@@ -37,11 +37,27 @@ def training_flops(build_model, inputs, targets, forward_loss) -> float:
         inputs, targets: one batch, on any device.
         forward_loss: (model, inputs, targets) -> scalar loss.
     """
-    with torch.device("meta"):
-        model = build_model()
-    with FlopCounterMode(display=False) as counter:
-        forward_loss(model, _to_meta(inputs), _to_meta(targets)).backward()
+    try:
+        with torch.device("meta"):
+            model = build_model()
+        with FlopCounterMode(display=False) as counter:
+            forward_loss(model, _to_meta(inputs), _to_meta(targets)).backward()
+    except (NotImplementedError, RuntimeError):
+        # a model whose work depends on the data (non-maximum suppression, matching boxes) cannot
+        # run on the meta device: count one real step on the batch's device instead
+        with torch.random.fork_rng(devices=[]):  # the run's random draws stay as they were
+            model = build_model().to(_device(inputs))
+            with FlopCounterMode(display=False) as counter:
+                forward_loss(model, inputs, targets).backward()
     return counter.get_total_flops()
+
+
+def _device(batch) -> torch.device:
+    """The device of a batch's first tensor."""
+    if torch.is_tensor(batch):
+        return batch.device
+    items = batch.values() if isinstance(batch, dict) else batch
+    return next(_device(v) for v in items if torch.is_tensor(v) or isinstance(v, (dict, list, tuple)))
 
 
 def forward_macs(build_model, *inputs_shape: int) -> int:

@@ -223,7 +223,7 @@ class Trainer:
         self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)
         self.scheduler = schedule(self.optimizer, self.total_steps, cfg.warmup_steps, cfg.schedule, cfg.milestones,
-                                  cfg.gamma, self.steps_per_epoch)
+                                  cfg.gamma, self.steps_per_epoch, cfg.gammas)
         self.scaler = torch.amp.GradScaler(self.env.device.type, enabled=cfg.precision == "fp16")
 
     def build_tracker(self, resumed_from: Path | None) -> None:
@@ -373,8 +373,7 @@ class Trainer:
                             "train/epoch_samples_per_s": self.epoch_rate}, step=state["step"])
         self.meter.restart()  # evaluation time is not training time
         if self.env.is_main:
-            self.progress.write(f"epoch {epoch + 1}/{self.epochs}: test {self.task.metric} {value:.4g}, "
-                                f"loss {metrics['loss']:.4g}")
+            self.progress.write(f"epoch {epoch + 1}/{self.epochs}: {self.task.describe(metrics)}")
         if state["step"] % self.ckpt_every == 0 or epoch + 1 == self.epochs or self.cfg.ckpt_every is None:
             self.save()
 

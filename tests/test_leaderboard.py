@@ -173,9 +173,9 @@ def test_plot_draws_the_runs_curves(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     # one table's runs against parameters and speed; only runs of the epochs asked for
     points = tmp_path / "points.png"
-    assert leaderboard.main(["--scatter", str(points), "--dataset", "digits", "--epochs", "2"]) == 0
+    assert leaderboard.main(["--plot", str(points), "--dataset", "digits", "--epochs", "2"]) == 0
     assert points.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and points.stat().st_size > 10_000
-    assert leaderboard.main(["--scatter", str(points), "--epochs", "3"]) == 2
+    assert leaderboard.main(["--plot", str(points), "--epochs", "3"]) == 2  # no run of 3 epochs: no table
     assert leaderboard.main(["--format", "json", "--epochs", "3"]) == 0
 
 

@@ -163,5 +163,16 @@ def test_the_papers_recipe_is_one_the_trainer_takes():
     cfg = resolve({"paper": "lenet", "recipe": "paper"})
     validate(cfg)
     assert (cfg.optimizer, cfg.lr, cfg.momentum, cfg.batch_size, cfg.epochs) == ("sgd", 5e-4, 0.0, 1, 20)
-    rates = [cfg.lr * cfg.gamma ** k for k in range(4)]  # at 0, 2, 5 and 9 of 20 passes
-    assert rates[0] == 5e-4 and rates[3] == pytest.approx(1e-5)
+    from common.optim import schedule
+
+    # the global rate of Section III.B pass by pass: 0.0005 for two passes, 0.0002 for three, 0.0001 for
+    # three, 0.00005 for four, 0.00001 thereafter
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
+    scheduler = schedule(optimizer, 20, cfg.warmup_steps, cfg.schedule, cfg.milestones, cfg.gamma, 1, cfg.gammas)
+    rates = []
+    for _ in range(20):  # one step a pass
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    expected = [5e-4] * 2 + [2e-4] * 3 + [1e-4] * 3 + [5e-5] * 4 + [1e-5] * 8
+    assert rates == pytest.approx(expected)

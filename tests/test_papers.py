@@ -55,22 +55,38 @@ def test_every_flavor_builds_on_meta(name):
         assert sum(p.numel() for p in model.parameters()) > 0
 
 
+def check_detections(found: list[dict], n: int, classes: int) -> None:
+    """Eval-mode detections: one dict per image, k boxes x1 y1 x2 y2 with their scores and labels."""
+    assert len(found) == n
+    for d in found:
+        k = len(d["scores"])
+        assert d["boxes"].shape == (k, 4) and d["labels"].shape == (k,) and d["labels"].dtype == torch.int64
+        assert torch.isfinite(d["boxes"]).all() and ((d["labels"] >= 0) & (d["labels"] < classes)).all()
+        assert (d["boxes"][:, 2:] >= d["boxes"][:, :2]).all()
+
+
 @pytest.mark.parametrize("name", PAPERS)
 def test_forward_shape_no_nan_and_every_parameter_gets_a_gradient(name):
     model, x, y, data = default_batch(get_paper(name))
-    out = call(model, x)
-    if isinstance(out, dict):  # in training, auxiliary classifiers' outputs beside the logits
-        assert all(a.shape == out["logits"].shape for a, _ in out["aux"])
-        out = out["logits"]
-    assert out.shape[0] == len(y)
-    if data.task == "classification":
-        assert out.shape == (len(y), data.facts()["num_classes"])
-    assert torch.isfinite(out).all()
     task = get_task(data.task, data.facts())
+    out = task.forward(model, x, y)
+    if data.task == "detection":  # in training, the named loss terms; in eval mode, the detections
+        assert out and all(v.ndim == 0 and torch.isfinite(v) for v in out.values())
+        with torch.no_grad():
+            check_detections(task.forward(model.eval(), x, y), len(y), data.facts()["num_classes"])
+        model.train()
+    else:
+        if isinstance(out, dict):  # in training, auxiliary classifiers' outputs beside the logits
+            assert all(a.shape == out["logits"].shape for a, _ in out["aux"])
+            out = out["logits"]
+        assert out.shape[0] == len(y)
+        if data.task == "classification":
+            assert out.shape == (len(y), data.facts()["num_classes"])
+        assert torch.isfinite(out).all()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):  # after one update, since a zero-initialised head blocks gradients at first
         opt.zero_grad()
-        task.loss(call(model, x), y).backward()
+        task.loss(task.forward(model, x, y), y).backward()
         opt.step()
     dead = [n for n, p in model.named_parameters() if p.grad is None or not (p.grad.abs().sum() > 0)]
     assert not dead, f"no gradient reaches {dead}"
@@ -89,21 +105,33 @@ def test_compile_runs_and_matches_eager(name):
 FIT_STEPS = 300
 
 
+@torch.no_grad()
+def fit_loss(task, model, x, y) -> float:
+    """The loss on a batch without randomness: in eval mode, or, for detection models (whose loss
+    exists in training only), in training mode with the same random draws (sampled anchors and
+    proposals, dropout) every time."""
+    if task.kind != "detection":
+        return task.loss(task.forward(model.eval(), x, y), y).item()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return task.loss(task.forward(model.train(), x, y), y).item()
+
+
 @pytest.mark.parametrize("name", PAPERS)
 def test_it_fits_a_small_fixed_batch_at_its_own_learning_rate(name):
     """Learning, tested so that every faithful model passes: the tiny flavor, initialised as the paper
     says, trained on 16 samples of its default data set with AdamW at the paper's own default learning
     rate (no weight decay, smoothing or warmup), brings its loss on them, in eval mode (no dropout,
-    batch norm's running statistics), below a quarter of the first within FIT_STEPS steps."""
+    batch norm's running statistics; see fit_loss for detection), below a quarter of the first within
+    FIT_STEPS steps."""
     spec = get_paper(name)
     model, x, y, data = default_batch(spec, n=16)
     task = get_task(data.task, data.facts())
     lr = spec.defaults.get("lr", TrainConfig.lr)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
-    first = task.loss(task.forward(model, x, y), y).item()
+    first = fit_loss(task, model, x, y) if task.kind == "detection" else task.loss(task.forward(model, x, y), y).item()
     for step in range(FIT_STEPS + 1):
-        with torch.no_grad():
-            fitted = task.loss(task.forward(model.eval(), x, y), y).item()
+        fitted = fit_loss(task, model, x, y)
         if fitted < first / 4:
             break
         loss = task.loss(task.forward(model.train(), x, y), y)

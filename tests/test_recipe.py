@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from common.config import build_parser, resolve
+from common.config import build_parser, resolve, validate
 from common.data import augment, get_dataset
 from common.errors import ConfigError
 from common.optim import build_optimizer, schedule
@@ -37,6 +37,10 @@ def test_schedules_follow_their_definitions():
     assert cosine[55] == pytest.approx(0.5) and cosine[-1] < 0.001
     with pytest.raises(ValueError, match="increasing fractions"):
         factors("step", milestones="0.75,0.5")
+    own = factors("step", milestones="0.5,0.75", gammas="0.4,0.5")  # a factor of its own at each milestone
+    assert own[49] == 1.0 and own[50] == pytest.approx(0.4) and own[75] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="2 positive factors, one per milestone"):
+        factors("step", milestones="0.5,0.75", gammas="0.4")
 
 
 def test_optimizers_take_the_papers_settings():
@@ -108,3 +112,7 @@ def test_recipe_mistakes_are_one_line(monkeypatch):
         resolve(flags("--recipe", "paper"))
     with pytest.raises(ConfigError, match="invalid choice"):
         build_parser().parse_args(["--paper", "vit", "--schedule", "linear"])
+    with pytest.raises(ConfigError, match="gammas must be 2 positive factors"):
+        validate(resolve(flags("--schedule", "step", "--milestones", "0.5,0.75", "--gammas", "0.1,0.1,0.1")))
+    with pytest.raises(ConfigError, match="--gammas goes with the step schedule"):
+        validate(resolve(flags("--gammas", "0.1")))

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, digits, shapes, vision
+from common.data import adding, coco, detect, digits, shapes, vision
 from common.data.collate import pad_images, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
@@ -111,6 +111,10 @@ DATASETS = {
         DatasetSpec("digits-canvas", "classification", "image", digits.canvas_facts, digits.load_canvas,
                     variable_size=True, resizable=True, preprocess=digits.canvas_preprocessing,
                     description="the digits scaled 1x to 3x at random spots of square canvases of 16 to 48 pixels"),
+        DatasetSpec("digits-detect", "detection", "image", detect.facts, detect.load, variable_size=True,
+                    preprocess=detect.preprocessing,
+                    description=f"{detect.TRAIN_SIZE:,} train / {detect.TEST_SIZE:,} test canvases of 48 to 128 by 48 "
+                                f"to 128 pixels holding 0 to 6 digits scaled 1x to 4x, with their boxes"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
                     preprocess=shapes.preprocessing,
                     description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "
@@ -128,6 +132,10 @@ DATASETS = {
         DatasetSpec("fashion-mnist", "classification", "image", vision.fashion_facts, vision.fashion_load,
                     resizable=True, preprocess=vision.fashion_preprocess, reads_folder=True, fetch=vision.fashion_fetch,
                     description="Fashion-MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
+        DatasetSpec("coco", "detection", "image", coco.facts, coco.load, variable_size=True,
+                    preprocess=coco.preprocessing, reads_folder=True,
+                    description="COCO-format detection data from --data-dir: train.json and test.json, or one "
+                                ".json split 80/20, and their images"),
         DatasetSpec("imagefolder", "classification", "image", vision.imagefolder_facts, vision.imagefolder_load,
                     resizable=True, preprocess=vision.imagefolder_preprocess, reads_folder=True,
                     description="a folder of class subfolders from --data-dir, resized to --image-size"),

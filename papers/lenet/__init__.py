@@ -22,10 +22,10 @@ PAPER = PaperSpec(
     # update, with the stochastic diagonal Levenberg-Marquardt method: each weight's step is a global
     # rate eta divided by (mu + its diagonal Hessian estimate). Nothing here estimates the Hessian, so
     # this is plain SGD, without momentum, at the global rate eta. The paper lowers eta from 0.0005 to
-    # 0.00001 in steps after the first passes; here one step schedule with one factor, gamma =
-    # 0.02 ** (1/3), starts and ends at those values and steps after 2, 5 and 9 passes.
+    # 0.00001 in steps: 0.0005 for the first two passes, 0.0002 for the next three, 0.0001 for the
+    # next three, 0.00005 for the next four, 0.00001 thereafter (passes 2, 5, 8 and 12 of 20).
     recipe=dict(optimizer="sgd", lr=5e-4, momentum=0.0, nesterov=False, weight_decay=0.0, batch_size=1, epochs=20,
-                schedule="step", milestones="0.1,0.25,0.45", gamma=0.02 ** (1 / 3), warmup_steps=0,
+                schedule="step", milestones="0.1,0.25,0.4,0.6", gammas="0.4,0.5,0.5,0.2", warmup_steps=0,
                 label_smoothing=0.0, clip_grad=0.0, augment="none"),
     reference="none: checked against the paper's own counts (Section II.B, Table I)",
     shard_blocks=None,

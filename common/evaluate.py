@@ -1,0 +1,126 @@
+"""Evaluate a finished run's final weights on its test split, for any task.
+
+    python -m common.evaluate --run RUN_DIR [--batch-size N] [--draw N]
+
+Prints the task's metrics (what the trainer logged at the last epoch, recomputed
+from model.safetensors). For detection it also writes, into the run directory,
+the test split's ground truth and the model's detections in COCO's JSON format
+(`gt.json`, `detections.json`: boxes as [x, y, width, height], category ids
+1..K), so that any COCO tool (pycocotools, faster_coco_eval) scores them, and
+with `--draw N` the first N test images with their true boxes (left) and the
+detections scoring at least `--threshold` (right) as PNG files in `RUN_DIR/eval/`.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from common.data import eval_loader, get_dataset
+from common.data.collate import to_device
+from common.errors import ConfigError
+from common.export import load_run
+from common.tasks import get_task
+
+ZOOM = 4  # drawn test images are enlarged this many times
+
+
+def coco_json(images: list[tuple[int, int]], targets: list[dict], detections: list[dict] | None,
+              names: list[str]) -> dict | list:
+    """COCO's ground-truth file for images (height, width) and their targets, or, with detections,
+    COCO's results list. Image ids are 1..N in the order evaluated; category id k + 1 is label k."""
+    xywh = lambda b: [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]
+    if detections is not None:
+        return [{"image_id": i + 1, "category_id": int(label) + 1, "bbox": xywh(box), "score": float(score)}
+                for i, d in enumerate(detections)
+                for box, score, label in zip(d["boxes"], d["scores"], d["labels"])]
+    annotations = []
+    for i, t in enumerate(targets):
+        for box, label in zip(t["boxes"], t["labels"]):
+            annotations.append({"id": len(annotations) + 1, "image_id": i + 1, "category_id": int(label) + 1,
+                                "bbox": xywh(box), "area": float((box[2] - box[0]) * (box[3] - box[1])), "iscrowd": 0})
+    return {"images": [{"id": i + 1, "height": h, "width": w, "file_name": f"{i + 1}.png"}
+                       for i, (h, w) in enumerate(images)],
+            "annotations": annotations,
+            "categories": [{"id": k + 1, "name": name} for k, name in enumerate(names)]}
+
+
+def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: str = "lime", zoom: int = 1
+         ) -> torch.Tensor:
+    """An image (3, H, W) in [0, 1] with its boxes and their labels drawn on, as uint8, enlarged zoom
+    times (nearest pixel) so that the labels of small images can be read."""
+    from torchvision.utils import draw_bounding_boxes
+
+    image = torch.nn.functional.interpolate(image[None], scale_factor=zoom, mode="nearest")[0] if zoom > 1 else image
+    boxes = boxes * zoom
+    picture = (image.clamp(0, 1) * 255).to(torch.uint8)
+    if len(boxes) == 0:
+        return picture
+    return draw_bounding_boxes(picture, boxes, labels=labels, colors=colour, width=1)
+
+
+def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold: float = 0.5) -> dict[str, float]:
+    model, cfg = load_run(run_dir)
+    data = get_dataset(cfg.dataset)
+    facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    task = get_task(data.task, facts)
+    _, test_set = data.read(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    loader = eval_loader(test_set, batch_size, rank=0, world_size=1,
+                         collate=data.collate(cfg.pad_multiple, image_size=cfg.image_size))
+    metrics = task.build_metrics(torch.device("cpu"))
+    kept = []  # detection: (image, its size, target, detections) in test-split order
+    with torch.no_grad():
+        for batch in loader:
+            inputs, targets = to_device(batch, torch.device("cpu"))
+            outputs = task.forward(model, inputs, targets)
+            task.update(metrics, outputs, targets)
+            if data.task == "detection":
+                mask = inputs["mask"] if isinstance(inputs, dict) else None
+                images = inputs["images"] if isinstance(inputs, dict) else inputs
+                for k, (t, d) in enumerate(zip(targets, outputs)):
+                    h, w = ((int(mask[k].any(1).sum()), int(mask[k].any(0).sum())) if mask is not None
+                            else tuple(images.shape[2:]))
+                    kept.append((images[k, :, :h, :w], (h, w), t, d))
+    results = task.compute(metrics)
+    if data.task == "detection":
+        names = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size)["labels"]
+        sizes, targets, detections = [k[1] for k in kept], [k[2] for k in kept], [k[3] for k in kept]
+        (run_dir / "gt.json").write_text(json.dumps(coco_json(sizes, targets, None, names)))
+        (run_dir / "detections.json").write_text(json.dumps(coco_json(sizes, targets, detections, names)))
+        if draw_n:
+            from torchvision.io import write_png
+
+            (run_dir / "eval").mkdir(exist_ok=True)
+            for n, (image, _, t, d) in enumerate(kept[:draw_n]):
+                shown = d["scores"] >= threshold
+                truth = draw(image, t["boxes"], [names[int(c)] for c in t["labels"]], zoom=ZOOM)
+                found = draw(image, d["boxes"][shown], [f"{names[int(c)]} {float(s):.2f}" for c, s in
+                                                        zip(d["labels"][shown], d["scores"][shown])], "orange", ZOOM)
+                gap = torch.full((3, truth.shape[1], 8), 255, dtype=torch.uint8)
+                write_png(torch.cat([truth, gap, found], dim=2), str(run_dir / "eval" / f"test-{n}.png"))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m common.evaluate", description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, type=Path, help="a finished run directory")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--draw", type=int, default=0, help="detection: draw the first N test images with their boxes")
+    p.add_argument("--threshold", type=float, default=0.5, help="with --draw: the lowest score drawn")
+    args = p.parse_args(argv)
+    try:
+        results = evaluate_run(args.run, args.batch_size, args.draw, args.threshold)
+    except ConfigError as e:
+        print(f"evaluate: error: {e}", file=sys.stderr)
+        return 2
+    for name, value in results.items():
+        print(f"{name}: {value:.4f}")
+    if (args.run / "detections.json").is_file():
+        print(f"wrote {args.run / 'gt.json'} and {args.run / 'detections.json'} (COCO format)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

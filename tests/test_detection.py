@@ -1,0 +1,140 @@
+"""Detection data and scoring: the built-in digits-detect canvases, COCO-format folders, the
+detection task's COCO mAP (cross-checked against pycocotools) and common.evaluate's COCO files."""
+
+import contextlib
+import io
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from common.data import detect, digits, get_dataset
+from common.data.coco import load as load_coco
+from common.errors import ConfigError
+from common.evaluate import coco_json
+from common.tasks import get_task
+
+
+def test_digits_detect_canvases_vary_in_size_and_hold_0_to_6_digits_with_tight_boxes():
+    data = get_dataset("digits-detect")
+    train, test = data.read()
+    assert (len(train), len(test)) == (detect.TRAIN_SIZE, detect.TEST_SIZE) and len(train) >= 5000
+    assert data.task == "detection" and data.is_variable() and data.facts()["num_classes"] == 10
+    sizes = set(train.sizes)
+    assert len(sizes) > 20 and sum(h != w for h, w in train.sizes) > len(train) / 2, "most canvases are not square"
+    counts = [len(t["labels"]) for t in train.targets]
+    assert min(counts) == 0 and max(counts) == detect.MAX_DIGITS and 0.02 < counts.count(0) / len(counts) < 0.1
+    for i in range(0, len(train), 97):
+        image, target = train[i]
+        H, W = image.shape[1:]
+        assert image.shape[0] == 3 and (H, W) == train.sizes[i] and 0 <= image.min() and image.max() <= 1
+        boxes = target["boxes"]
+        assert boxes.dtype == torch.float32 and target["labels"].dtype == torch.int64
+        assert ((boxes[:, 0] >= 0) & (boxes[:, 1] >= 0) & (boxes[:, 2] <= W) & (boxes[:, 3] <= H)).all()
+        assert ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).all()
+        for x1, y1, x2, y2 in boxes.int().tolist():  # tight: ink on each edge row and column
+            ink = image[0, y1:y2, x1:x2] > detect.INK
+            assert ink[0].any() and ink[-1].any() and ink[:, 0].any() and ink[:, -1].any()
+    sides = torch.cat([t["boxes"][:, 2:] - t["boxes"][:, :2] for t in train.targets])
+    assert sides.max() <= 32 and sides.max(dim=1).values.min() >= 4
+
+
+def test_digits_detect_is_fixed_and_its_test_canvases_use_the_test_digits():
+    x_train, x_test, y_train, y_test = digits.split_digits()
+    glyphs = torch.from_numpy(x_test).float() / 16
+    a = detect.DigitsDetect(glyphs, torch.from_numpy(y_test), 50, detect.SEEDS["test"])
+    _, test = get_dataset("digits-detect").read()
+    for i in range(50):
+        assert torch.equal(a[i][0], test[i][0]) and torch.equal(a[i][1]["boxes"], test[i][1]["boxes"])
+
+
+def write_coco(folder, annotations=None, categories=None, n_images=10):
+    """A small COCO-format folder: n_images 40x30 images and one box each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    images = []
+    for i in range(1, n_images + 1):
+        Image.new("RGB", (40, 30), (i * 20, 0, 0)).save(folder / f"im{i}.png")
+        images.append({"id": i, "file_name": f"im{i}.png", "width": 40, "height": 30})
+    if annotations is None:
+        annotations = [{"id": i, "image_id": i, "category_id": 7 if i % 2 else 3, "bbox": [2, 3, 10, 20], "area": 200,
+                        "iscrowd": 0} for i in range(1, n_images + 1)]
+    categories = categories or [{"id": 7, "name": "cat"}, {"id": 3, "name": "dog"}]
+    (folder / "instances.json").write_text(json.dumps({"images": images, "annotations": annotations,
+                                                       "categories": categories}))
+    return folder
+
+
+def test_a_coco_folder_gives_images_and_boxes_with_labels_in_category_order(tmp_path):
+    folder = write_coco(tmp_path / "coco")
+    data = get_dataset("coco")
+    assert data.facts(data_dir=str(folder))["num_classes"] == 2
+    train, test = data.read(data_dir=str(folder))
+    assert (len(train), len(test)) == (8, 2) and not set(train.ids) & set(test.ids)
+    image, target = train[0]
+    assert image.shape == (3, 30, 40) and train.sizes[0] == (30, 40)
+    assert target["boxes"].tolist() == [[2, 3, 12, 23]]  # x, y, w, h -> x1, y1, x2, y2
+    image_id = train.ids[0]
+    assert target["labels"].tolist() == [0 if image_id % 2 == 0 else 1]  # category 3 is label 0, 7 is label 1
+    assert data.preprocess(data_dir=str(folder))["labels"] == ["dog", "cat"]
+
+
+@pytest.mark.parametrize("bad, says", [
+    (dict(bbox=[35, 3, 10, 20]), "lies outside its 40x30 image"),
+    (dict(bbox=[2, 3, -1, 20]), "negative width or height"),
+    (dict(category_id=99), "has category 99, which 'categories' does not list"),
+])
+def test_a_bad_coco_annotation_is_one_line_naming_the_file_and_the_annotation(tmp_path, capsys, bad, says):
+    from train import main
+
+    annotations = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [2, 3, 10, 20]},
+                   {"id": 2, "image_id": 2, "category_id": 7, "bbox": [2, 3, 10, 20]} | bad]
+    folder = write_coco(tmp_path / "coco", annotations=annotations)
+    with pytest.raises(ConfigError, match=f"instances.json: annotation 2 \\(image 2\\) .*{says}"):
+        load_coco(data_dir=str(folder))
+    assert main(["--paper", "faster_rcnn", "--dataset", "coco", "--data-dir", str(folder), "--max-steps", "1",
+                 "--wandb", "disabled", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "annotation 2" in err[0] and says in err[0]
+
+
+def random_case(seed: int, n_images: int = 6):
+    g = torch.Generator().manual_seed(seed)
+
+    def boxes(n):
+        xy = torch.rand(n, 2, generator=g) * 60
+        return torch.cat([xy, xy + 4 + torch.rand(n, 2, generator=g) * 30], dim=1)
+
+    targets, detections = [], []
+    for i in range(n_images):
+        n = int(torch.randint(0, 5, (), generator=g))
+        t = {"boxes": boxes(n), "labels": torch.randint(0, 3, (n,), generator=g)}
+        k = int(torch.randint(0, 7, (), generator=g))
+        near = t["boxes"][torch.randint(0, max(n, 1), (k,), generator=g)] if n else boxes(k)
+        d = {"boxes": near + torch.randn(k, 4, generator=g) * 3, "scores": torch.rand(k, generator=g),
+             "labels": torch.randint(0, 3, (k,), generator=g)}
+        targets.append(t), detections.append(d)
+    return targets, detections
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_detection_map_equals_pycocotools_on_the_files_evaluate_writes(tmp_path, seed):
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    targets, detections = random_case(seed)
+    task = get_task("detection", {"num_classes": 3})
+    metrics = task.build_metrics(torch.device("cpu"))
+    task.update(metrics, detections, targets)
+    ours = task.compute(metrics)
+    gt, dt = tmp_path / "gt.json", tmp_path / "dt.json"
+    gt.write_text(json.dumps(coco_json([(100, 100)] * len(targets), targets, None, ["a", "b", "c"])))
+    dt.write_text(json.dumps(coco_json([(100, 100)] * len(targets), targets, detections, ["a", "b", "c"])))
+    with contextlib.redirect_stdout(io.StringIO()):
+        truth = COCO(str(gt))
+        evaluation = COCOeval(truth, truth.loadRes(str(dt)), "bbox")
+        evaluation.evaluate(), evaluation.accumulate(), evaluation.summarize()
+    stats = evaluation.stats  # AP .5:.95, AP .5, AP .75, ... AR 1, 10, 100
+    assert 0 < ours["map"] < 1
+    assert (ours["map"], ours["map_50"], ours["map_75"], ours["mar_100"]) == pytest.approx(
+        (stats[0], stats[1], stats[2], stats[8]), abs=1e-4)
