@@ -138,3 +138,30 @@ def test_detection_map_equals_pycocotools_on_the_files_evaluate_writes(tmp_path,
     assert 0 < ours["map"] < 1
     assert (ours["map"], ours["map_50"], ours["map_75"], ours["mar_100"]) == pytest.approx(
         (stats[0], stats[1], stats[2], stats[8]), abs=1e-4)
+
+
+def test_evaluate_rescores_a_run_writes_coco_files_and_predict_draws_its_boxes(tmp_path, capsys):
+    from pycocotools.coco import COCO
+
+    from common import evaluate, predict
+    from train import main
+
+    folder = write_coco(tmp_path / "coco", n_images=10)
+    run = tmp_path / "run"
+    assert main(["--paper", "faster_rcnn", "--dataset", "coco", "--data-dir", str(folder), "--max-steps", "2",
+                 "--batch-size", "2", "--wandb", "disabled", "--out", str(run)]) == 0
+    final = json.loads((run / "result.json").read_text())["final"]
+    capsys.readouterr()
+    assert evaluate.main(["--run", str(run), "--draw", "2", "--threshold", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"map: {final:.4f}" in out and "mar_100:" in out  # the trainer's last evaluation, recomputed
+    with contextlib.redirect_stdout(io.StringIO()):
+        truth = COCO(str(run / "gt.json"))
+    assert len(truth.getImgIds()) == 2 and len(truth.getAnnIds()) == 2  # the test split: 2 images, a box each
+    assert {c["name"] for c in truth.loadCats(truth.getCatIds())} == {"dog", "cat"}
+    assert isinstance(json.loads((run / "detections.json").read_text()), list)
+    assert sorted(p.name for p in (run / "eval").iterdir()) == ["test-0.png", "test-1.png"]
+    assert predict.main(["--run", str(run), str(folder / "im1.png"), "--out", str(tmp_path / "drawn"),
+                         "--threshold", "0"]) == 0
+    assert (tmp_path / "drawn" / "im1.png").is_file() and "im1.png: " in capsys.readouterr().out
+    assert predict.main(["--run", str(tmp_path), str(folder / "im1.png")]) == 2  # not a run directory
