@@ -27,24 +27,30 @@ from common.tasks import get_task
 ZOOM = 4  # drawn test images are enlarged this many times
 
 
-def coco_json(images: list[tuple[int, int]], targets: list[dict], detections: list[dict] | None,
-              names: list[str]) -> dict | list:
-    """COCO's ground-truth file for images (height, width) and their targets, or, with detections,
-    COCO's results list. Image ids are 1..N in the order evaluated; category id k + 1 is label k."""
-    xywh = lambda b: [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]
-    if detections is not None:
-        return [{"image_id": i + 1, "category_id": int(label) + 1, "bbox": xywh(box), "score": float(score)}
-                for i, d in enumerate(detections)
-                for box, score, label in zip(d["boxes"], d["scores"], d["labels"])]
+def _xywh(box) -> list[float]:
+    return [float(box[0]), float(box[1]), float(box[2] - box[0]), float(box[3] - box[1])]
+
+
+def coco_ground_truth(images: list[tuple[int, int]], targets: list[dict], names: list[str]) -> dict:
+    """COCO's ground-truth file for images (height, width) and their targets. Image ids are 1..N in
+    the order given; category id k + 1 is label k."""
     annotations = []
     for i, t in enumerate(targets):
         for box, label in zip(t["boxes"], t["labels"]):
             annotations.append({"id": len(annotations) + 1, "image_id": i + 1, "category_id": int(label) + 1,
-                                "bbox": xywh(box), "area": float((box[2] - box[0]) * (box[3] - box[1])), "iscrowd": 0})
+                                "bbox": _xywh(box), "area": float((box[2] - box[0]) * (box[3] - box[1])),
+                                "iscrowd": 0})
     return {"images": [{"id": i + 1, "height": h, "width": w, "file_name": f"{i + 1}.png"}
                        for i, (h, w) in enumerate(images)],
             "annotations": annotations,
             "categories": [{"id": k + 1, "name": name} for k, name in enumerate(names)]}
+
+
+def coco_results(detections: list[dict]) -> list[dict]:
+    """COCO's results list of the detections of images 1..N, as `coco_ground_truth` numbers them."""
+    return [{"image_id": i + 1, "category_id": int(label) + 1, "bbox": _xywh(box), "score": float(score)}
+            for i, d in enumerate(detections)
+            for box, score, label in zip(d["boxes"], d["scores"], d["labels"])]
 
 
 def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: str = "lime", zoom: int = 1
@@ -87,8 +93,8 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
     if data.task == "detection":
         names = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size)["labels"]
         sizes, targets, detections = [k[1] for k in kept], [k[2] for k in kept], [k[3] for k in kept]
-        (run_dir / "gt.json").write_text(json.dumps(coco_json(sizes, targets, None, names)))
-        (run_dir / "detections.json").write_text(json.dumps(coco_json(sizes, targets, detections, names)))
+        (run_dir / "gt.json").write_text(json.dumps(coco_ground_truth(sizes, targets, names)))
+        (run_dir / "detections.json").write_text(json.dumps(coco_results(detections)))
         if draw_n:
             from torchvision.io import write_png
 

@@ -157,6 +157,20 @@ def tree_snapshot(folder: Path) -> dict:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
+def assert_same_outputs(ours, theirs, x, atol: float = 1e-5):
+    """Our model and a reference implementation in eval mode on the same input: the same shape and
+    values within atol, on outputs that differ enough between inputs and classes to tell (a check
+    on near-constant outputs could not fail). Returns the reference's output."""
+    import torch
+
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max() < atol
+    assert expected.std() > 0.1
+    return expected
+
+
 def randomize_batch_norm(model, linear: bool = False):
     """Random scales, shifts and running statistics in every batch norm (and, with linear, random
     fully connected layers), in eval mode, so that a tensor mapped to the wrong place changes the output."""

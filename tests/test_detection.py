@@ -12,7 +12,7 @@ from PIL import Image
 from common.data import detect, digits, get_dataset
 from common.data.coco import load as load_coco
 from common.errors import ConfigError
-from common.evaluate import coco_json
+from common.evaluate import coco_ground_truth, coco_results
 from common.tasks import get_task
 
 
@@ -128,8 +128,8 @@ def test_detection_map_equals_pycocotools_on_the_files_evaluate_writes(tmp_path,
     task.update(metrics, detections, targets)
     ours = task.compute(metrics)
     gt, dt = tmp_path / "gt.json", tmp_path / "dt.json"
-    gt.write_text(json.dumps(coco_json([(100, 100)] * len(targets), targets, None, ["a", "b", "c"])))
-    dt.write_text(json.dumps(coco_json([(100, 100)] * len(targets), targets, detections, ["a", "b", "c"])))
+    gt.write_text(json.dumps(coco_ground_truth([(100, 100)] * len(targets), targets, ["a", "b", "c"])))
+    dt.write_text(json.dumps(coco_results(detections)))
     with contextlib.redirect_stdout(io.StringIO()):
         truth = COCO(str(gt))
         evaluation = COCOeval(truth, truth.loadRes(str(dt)), "bbox")
