@@ -36,6 +36,7 @@ from common.tracking import device_name
 from papers import get_paper, list_papers
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCHED = [n for n in list_papers() if get_paper(n).task != "detection"]  # the papers the rows can time
 
 
 # ---------------------------------------------------------------- timing
@@ -308,7 +309,8 @@ def row_f(args, device) -> list[dict]:
     for name in args.papers:
         flags = ["--paper", name, "--max-steps", str(args.steps)]
         runs = {"single": [], "ddp": [], "fsdp": []}
-        _run_train(flags, 1)  # warm the file cache
+        if not args.quick:
+            _run_train(flags, 1)  # warm the file cache
         for _ in range(args.repeats if not args.quick else 1):
             runs["single"].append(_run_train(flags, 1))
             runs["ddp"].append(_run_train(flags + ["--strategy", "ddp"], 2))
@@ -396,10 +398,10 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> str:
+def main(argv: list[str] | None = None) -> str | int:
     p = argparse.ArgumentParser(prog="python -m common.bench", description=__doc__.split("\n")[0])
     p.add_argument("--rows", default=",".join(ROWS), help="which rows, e.g. a,b")
-    p.add_argument("--papers", default=",".join(list_papers()), help="which papers")
+    p.add_argument("--papers", default=",".join(BENCHED), help="which papers (default: all but detection's)")
     p.add_argument("--repeats", type=int, default=5, help="alternated repeats per measurement (median reported)")
     p.add_argument("--steps", type=int, default=60, help="training steps per run in rows a and f")
     p.add_argument("--iters", type=int, default=10, help="calls per timed measurement in rows b to e and g")
@@ -407,6 +409,11 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--quick", action="store_true", help="a short version: few steps and repeats, eager compile")
     args = p.parse_args(argv)
     args.rows, args.papers = args.rows.split(","), args.papers.split(",")
+    unbenched = [n for n in args.papers if n not in BENCHED]
+    if unbenched:  # the rows time batches of one tensor of targets; detection's are lists of boxes
+        print(f"error: the bench times classification and sequence papers; not {', '.join(unbenched)} "
+              f"(choose from: {', '.join(BENCHED)})", file=sys.stderr)
+        return 2
     if args.quick:
         args.repeats, args.steps, args.iters, args.backend = 1, 4, 2, "eager"
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -421,4 +428,5 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    out = main()
+    sys.exit(out if isinstance(out, int) else 0)

@@ -8,13 +8,19 @@ axis. A paper that reads padded batches (`padded_batches`) also gets dynamic
 height and width (in multiples of the patch size) or sequence length: its image
 model takes `images` (B, C, H, W) of one size per batch, its sequence model `x`
 (B, T, F) and `lengths` (B,). A paper that reads one size keeps the data set's
-size: `images` (B, C, H, W) or `x` (B, T, F). onnxruntime (CPU) then runs two
-batch sizes (at two sizes, with different lengths within a batch, where sizes
-vary) and every output must equal PyTorch's within 1e-4; a larger difference is
-an error and the file is removed. The dataset's preprocessing (layout, colour mode, size,
-scale, mean, std, label names) is stored in the file's metadata under
-"paper_study", for common.predict. `--samples N` also writes N test images as
-PNG files to try it on.
+size: `images` (B, C, H, W) or `x` (B, T, F). A detection model exports its
+`detect(images, mask)`: inputs `images` (B, C, H, W) and `mask` (B, H, W) bool,
+True on each image's valid pixels (images of different sizes share one padded
+batch), outputs `boxes` (B, N, 4) x1 y1 x2 y2 in pixels, `scores` (B, N) and
+`labels` (B, N), N fixed by the model; a detection model that torch.onnx cannot
+take says why in its `onnx_refusal`, and is refused in one line. onnxruntime
+(CPU) then runs two batch sizes (at two sizes, with different lengths or image
+sizes within a batch, where sizes vary) and every output must equal PyTorch's
+within 1e-4 (integer outputs exactly); a larger difference is an error and the
+file is removed. The dataset's preprocessing (layout, colour mode, size, scale,
+mean, std, label names) and the graph's inputs and outputs are stored in the
+file's metadata under "paper_study", for common.predict. `--samples N` also
+writes N test images as PNG files to try it on.
 """
 
 import argparse
@@ -39,6 +45,7 @@ from papers import get_paper
 TOLERANCE = 1e-4
 EXAMPLE_STEPS = 8  # sequence length of the example and checked inputs (and about 1.5x it)
 META_KEY = "paper_study"
+DETECTIONS = ["boxes", "scores", "labels"]  # a detection model's outputs (see Detector)
 
 
 class ExportError(RuntimeError):
@@ -46,6 +53,31 @@ class ExportError(RuntimeError):
 
 
 # ---------------------------------------------------------------- models and inputs
+
+
+class Detector(nn.Module):
+    """A detection model as its ONNX file runs it: `detect(images, mask)`, the fixed-shape tensors
+    boxes (B, N, 4) x1 y1 x2 y2 in each image's pixels, scores (B, N) and labels (B, N), where
+    forward gives a list of per-image dicts (which torch.export cannot return for a dynamic batch).
+
+    Args:
+        model: a detection model with `detect(images, mask)` (DETR's).
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        if not callable(getattr(model, "detect", None)):
+            raise ValueError(f"{type(model).__name__} has no detect(images, mask) giving boxes, scores and labels "
+                             "as tensors of fixed shape, which an ONNX graph returns")
+        self.model = model
+
+    def forward(self, images: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.model.detect(images, mask)
+
+
+def graph(model: nn.Module, detection: bool = False) -> nn.Module:
+    """The module whose forward the ONNX graph is: the model, or for detection its Detector."""
+    return Detector(model).train(model.training) if detection else model
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -83,15 +115,25 @@ def size_multiple(model: nn.Module, preprocess: dict | None) -> int:
 
 
 def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, seed: int,
-            padded: bool = True) -> dict[str, torch.Tensor]:
+            padded: bool = True, detection: bool = False) -> dict[str, torch.Tensor]:
     """Random inputs: images at the dataset's size (or about 1.5x it), or sequences of that many
     steps (the data set's length, or EXAMPLE_STEPS) with lengths from 1 to T (the first one full
-    length). padded=False: the data set's size, and no lengths."""
+    length). padded=False: the data set's size, and no lengths. detection: images in [0, 1] and
+    their mask, each image after the first (which fills the batch) of its own height and width,
+    from half the batch's to all of it, zero-padded at the bottom and right."""
     g = torch.Generator().manual_seed(seed)
     grow = lambda n: multiple * math.ceil((3 * n // 2 if larger and padded else n) / multiple)
     if kind == "image":
         H, W = (facts["img_size"],) * 2 if isinstance(facts["img_size"], int) else facts["img_size"]
-        return {"images": torch.randn(batch, facts["in_chans"], grow(H), grow(W), generator=g)}
+        H, W = grow(H), grow(W)
+        if not detection:
+            return {"images": torch.randn(batch, facts["in_chans"], H, W, generator=g)}
+        mask = torch.zeros(batch, H, W, dtype=torch.bool)
+        for i in range(batch):
+            h, w = (H, W) if i == 0 else (int(torch.randint(n // 2, n + 1, (), generator=g)) for n in (H, W))
+            mask[i, :h, :w] = True
+        images = torch.rand(batch, facts["in_chans"], H, W, generator=g) * mask[:, None]
+        return {"images": images, "mask": mask}
     T = grow(facts.get("seq_len", EXAMPLE_STEPS))
     x = torch.randn(batch, T, facts["input_size"], generator=g)
     if not padded:
@@ -101,15 +143,18 @@ def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, see
     return {"x": x, "lengths": lengths}
 
 
-def dynamic_shapes(kind: str, multiple: int, padded: bool = True) -> dict:
-    """The batch axis, and where the model reads padded batches, the sides or the length."""
+def dynamic_shapes(kind: str, multiple: int, padded: bool = True, detection: bool = False) -> dict:
+    """The batch axis, and where the model reads padded batches, the sides (of the mask too, for
+    detection) or the length."""
     batch = Dim("batch", min=1, max=1 << 16)
     if not padded:
-        return {"images" if kind == "image" else "x": {0: batch}}
+        return {"images" if kind == "image" else "x": {0: batch}, **({"mask": {0: batch}} if detection else {})}
     if kind == "image":
         side = lambda name: Dim(name, min=1, max=1 << 14) if multiple == 1 else multiple * Dim(
             f"{name}_over_{multiple}", min=1, max=(1 << 14) // multiple)
-        return {"images": {0: batch, 2: side("height"), 3: side("width")}}
+        height, width = side("height"), side("width")
+        images = {"images": {0: batch, 2: height, 3: width}}
+        return {**images, "mask": {0: batch, 1: height, 2: width}} if detection else images
     return {"x": {0: batch, 1: Dim("steps", min=1, max=1 << 16)}, "lengths": {0: batch}}
 
 
@@ -117,15 +162,16 @@ def dynamic_shapes(kind: str, multiple: int, padded: bool = True) -> dict:
 
 
 def export(model: nn.Module, kind: str, facts: dict, path: Path, metadata: dict, multiple: int = 1,
-           padded: bool = True) -> Path:
-    """Write model.onnx (opset of torch.onnx's dynamo exporter) with dynamic axes and the metadata."""
+           padded: bool = True, detection: bool = False) -> Path:
+    """Write model.onnx (opset of torch.onnx's dynamo exporter) with dynamic axes and the metadata;
+    detection: the model's Detector, with a mask input and the outputs boxes, scores and labels."""
     model.eval()
-    inputs = example(kind, facts, multiple, batch=2, larger=False, seed=0, padded=padded)
-    with warnings.catch_warnings():  # x and lengths share the batch axis, which torch.onnx warns about
+    inputs = example(kind, facts, multiple, batch=2, larger=False, seed=0, padded=padded, detection=detection)
+    with warnings.catch_warnings():  # inputs share the batch axis (and sides), which torch.onnx warns about
         warnings.filterwarnings("ignore", message="# The axis name")
-        program = torch.onnx.export(model, (), kwargs=inputs, dynamo=True, input_names=list(inputs),
-                                    dynamic_shapes=dynamic_shapes(kind, multiple, padded), output_names=["output"],
-                                    verbose=False)
+        program = torch.onnx.export(graph(model, detection), (), kwargs=inputs, dynamo=True,
+                                    input_names=list(inputs), output_names=DETECTIONS if detection else ["output"],
+                                    dynamic_shapes=dynamic_shapes(kind, multiple, padded, detection), verbose=False)
     program.model.metadata_props[META_KEY] = json.dumps(metadata)
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
@@ -145,31 +191,52 @@ def session(path: Path, threads: int | None = None, spin: bool = True):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def difference(got: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
+    """max |got - expected| and the most it may be: TOLERANCE, times the largest |expected| where that
+    exceeds 1 (float32 rounding grows with the outputs); 0 for integers (labels); inf where the shapes
+    or kinds differ."""
+    integer = np.issubdtype(expected.dtype, np.integer)
+    if got.shape != expected.shape or np.issubdtype(got.dtype, np.integer) != integer:
+        return math.inf, 0.0
+    diff = float(np.abs(got.astype(np.float64) - expected).max())
+    return diff, 0.0 if integer else TOLERANCE * max(1.0, float(np.abs(expected).max()))
+
+
 @torch.no_grad()
 def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 1,
-          padded: bool = True) -> list[tuple[str, float]]:
+          padded: bool = True, detection: bool = False) -> list[tuple[str, float]]:
     """onnxruntime against PyTorch on batches of 1 and 5, at two sizes where the model reads padded
-    batches: [(what, max |diff|)]. Raises ExportError where a difference exceeds TOLERANCE, times the
-    largest output magnitude where that exceeds 1."""
-    ort_session, report, scales = session(path), [], []
+    batches (for detection, images of different sizes in each padded batch of 5): [(what, max |diff|)],
+    the largest over every output. Raises ExportError where a difference exceeds TOLERANCE, times the
+    output's largest magnitude where that exceeds 1 (integer outputs, such as labels, must be equal)."""
+    ort_session, module, report, failed = session(path), graph(model.eval(), detection), [], False
     for batch in (1, 5):
         for larger in (False, True) if padded else (False,):
-            inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger, padded=padded)
-            expected = model.eval()(*inputs.values()).numpy()
-            got = ort_session.run(None, {k: v.numpy() for k, v in inputs.items()})[0]
-            shape = "x".join(map(str, inputs["images"].shape[2:])) if kind == "image" else \
-                f"T={inputs['x'].shape[1]}" + (f", lengths {inputs['lengths'].tolist()}" if padded else "")
-            diff = float(np.abs(got - expected).max()) if got.shape == expected.shape else math.inf
-            report.append((f"batch {batch}, {shape}", diff))
-            scales.append(max(1.0, float(np.abs(expected).max())))  # float32 rounding grows with the outputs
-    if any(d > TOLERANCE * s for (_, d), s in zip(report, scales)):
+            inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger, padded=padded,
+                             detection=detection)
+            expected = module(*inputs.values())
+            expected = [t.numpy() for t in (expected if isinstance(expected, tuple) else (expected,))]
+            got = ort_session.run(None, {k: v.numpy() for k, v in inputs.items()})
+            diffs = ([difference(g, e) for g, e in zip(got, expected)] if len(got) == len(expected)
+                     else [(math.inf, 0.0)])
+            failed |= any(d > allowed for d, allowed in diffs)
+            if kind != "image":
+                shape = f"T={inputs['x'].shape[1]}" + (f", lengths {inputs['lengths'].tolist()}" if padded else "")
+            elif detection:  # each image's valid height x width
+                sizes = [f"{int(m.any(1).sum())}x{int(m.any(0).sum())}" for m in inputs["mask"]]
+                shape = "x".join(map(str, inputs["images"].shape[2:])) + f", images {' '.join(sizes)}"
+            else:
+                shape = "x".join(map(str, inputs["images"].shape[2:]))
+            report.append((f"batch {batch}, {shape}", max(d for d, _ in diffs)))
+    if failed:
         raise ExportError(f"{path}: onnxruntime differs from PyTorch by more than {TOLERANCE:g} (times the largest "
-                          "output where above 1): " + "; ".join(f"{w}: {d:.3g}" for w, d in report))
+                          "output where above 1; integers exactly): " + "; ".join(f"{w}: {d:.3g}" for w, d in report))
     return report
 
 
 def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Path]:
-    """The first n test samples as PNG files named <index>_<label>.png, pixels undoing the preprocessing."""
+    """The first n test samples as PNG files named <index>_<label>.png (detection: <index>_<labels>.png,
+    its boxes' labels joined by "-", "none" where it has none), pixels undoing the preprocessing."""
     from PIL import Image
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +247,8 @@ def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Pat
         x = x.numpy()[None] if preprocess["layout"] == "rows" else x.numpy()  # (C, H, W)
         pixels = np.clip(np.rint((x * std + mean) / preprocess["scale"]), 0, 255).astype(np.uint8)
         image = Image.fromarray(pixels[0] if preprocess["mode"] == "L" else pixels.transpose(1, 2, 0))
-        paths.append(out_dir / f"{i:03d}_{preprocess['labels'][int(y)]}.png")
+        names = [preprocess["labels"][int(c)] for c in (y["labels"] if isinstance(y, dict) else [y])]
+        paths.append(out_dir / f"{i:03d}_{'-'.join(names) or 'none'}.png")
         image.save(paths[-1])
     return paths
 
@@ -222,13 +290,20 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(model, "onnx_refusal", None):  # a model says why torch.onnx cannot take it
         print(f"error: {cfg.paper} does not export to ONNX: {model.onnx_refusal}", file=sys.stderr)
         return 2
-    multiple, padded = size_multiple(model, preprocess), spec.padded_batches
-    inputs = list(example(spec.inputs, facts, multiple, 1, False, 0, padded))
-    metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,
-                    commit=git_commit(), inputs=inputs, size_multiple=multiple, preprocess=preprocess)
-    export(model, spec.inputs, facts, out, metadata, multiple, padded)
+    detection = data.task == "detection"
     try:
-        report = check(out, model, spec.inputs, facts, multiple, padded)
+        graph(model, detection)
+    except ValueError as e:
+        print(f"error: {cfg.paper} does not export to ONNX: {e}", file=sys.stderr)
+        return 2
+    multiple, padded = size_multiple(model, preprocess), spec.padded_batches
+    inputs = list(example(spec.inputs, facts, multiple, 1, False, 0, padded, detection))
+    metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,
+                    commit=git_commit(), inputs=inputs, outputs=DETECTIONS if detection else ["output"],
+                    size_multiple=multiple, preprocess=preprocess)
+    export(model, spec.inputs, facts, out, metadata, multiple, padded, detection)
+    try:
+        report = check(out, model, spec.inputs, facts, multiple, padded, detection)
     except ExportError as e:
         out.unlink()
         print(f"error: {e}; {out} removed", file=sys.stderr)
@@ -250,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
             paths = write_samples(out.parent / "samples", test_set, preprocess, args.samples)
-            print(f"  {len(paths)} test images in {out.parent / 'samples'}/ (named index_label.png)")
+            named = "index_labels.png, the labels of its boxes" if detection else "index_label.png"
+            print(f"  {len(paths)} test images in {out.parent / 'samples'}/ (named {named})")
     return 0
 
 

@@ -3,8 +3,11 @@
     python -m common.predict --onnx model.onnx IMAGE [IMAGE ...] [--threads N]
 
 Detection models draw their boxes, with labels and scores, on the images (PNG files
-in --out), from a finished run's weights (this path needs torch):
+in --out), from an exported model (no torch either: the images, each at its own
+size, share one padded batch with a mask) or from a finished run's weights (this
+path needs torch):
 
+    python -m common.predict --onnx model.onnx IMAGE [IMAGE ...] --out DIR [--threshold 0.5]
     python -m common.predict --run RUN_DIR IMAGE [IMAGE ...] --out DIR [--threshold 0.5]
 
 or from Python:
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageDraw, UnidentifiedImageError
 
 META_KEY = "paper_study"
 
@@ -50,9 +53,10 @@ class Predictor:
             raise PredictError(f"{onnx_path} has no '{META_KEY}' metadata: export it with python -m common.export")
         self.meta = json.loads(meta)
         self.pre = self.meta["preprocess"]
-        if self.pre is None or self.meta["task"] != "classification":
+        if self.pre is None or self.meta["task"] not in ("classification", "detection"):
             raise PredictError(f"{onnx_path} is a {self.meta['task']} model of {self.meta['dataset']}, which holds "
                                "no images to classify")
+        self.detects = self.meta["task"] == "detection"
 
     def preprocess(self, image: Image.Image) -> np.ndarray:
         """One image as the model's input sample, (C, H, W) float32."""
@@ -73,6 +77,9 @@ class Predictor:
 
     def __call__(self, images: list) -> list[tuple[str, float]]:
         """(label, probability) for each image (a path or a PIL image); images of one size share a batch."""
+        if self.detects:
+            raise PredictError(f"a detection model of {self.meta['dataset']} gives boxes, not one label per image: "
+                               "use Predictor.detect, or python -m common.predict --onnx FILE IMAGES --out DIR")
         samples = [self.preprocess(_open(image)) for image in images]
         results = [None] * len(samples)
         for shape in {s.shape for s in samples}:
@@ -80,6 +87,41 @@ class Predictor:
             for i, p in zip(indices, self.probabilities(np.stack([samples[i] for i in indices]))):
                 results[i] = (self.pre["labels"][int(p.argmax())], float(p.max()))
         return results
+
+    def detect(self, images: list, threshold: float = 0.5) -> list[list[tuple[str, float, list[float]]]]:
+        """A detection model's (label, score, box x1 y1 x2 y2 in the image's pixels) with a score of at
+        least `threshold`, best first, for each image (a path or a PIL image). Every image keeps its
+        own size (resized only where the data set has one size); they share one batch, zero-padded at
+        the bottom and right to multiples of size_multiple, with the mask of their valid pixels."""
+        opened = [_open(image) for image in images]
+        samples = [prepare(image, self.pre) for image in opened]  # (C, h_i, w_i)
+        multiple = self.meta["size_multiple"]
+        H, W = (multiple * -(-max(s.shape[k] for s in samples) // multiple) for k in (1, 2))  # rounded up
+        batch = np.zeros((len(samples), samples[0].shape[0], H, W), dtype=np.float32)
+        mask = np.zeros((len(samples), H, W), dtype=bool)
+        for i, s in enumerate(samples):
+            batch[i, :, :s.shape[1], :s.shape[2]], mask[i, :s.shape[1], :s.shape[2]] = s, True
+        boxes, scores, labels = self.session.run(None, {"images": batch, "mask": mask})  # (B, N, 4), (B, N), (B, N)
+        results = []
+        for image, s, b, p, c in zip(opened, samples, boxes, scores, labels):
+            b = b * np.array([image.width / s.shape[2], image.height / s.shape[1]] * 2)  # back to the file's pixels
+            results.append([(self.pre["labels"][int(c[k])], float(p[k]), [round(float(v), 1) for v in b[k]])
+                            for k in np.argsort(-p, kind="stable") if p[k] >= threshold])
+        return results
+
+
+def draw_boxes(image: Image.Image, found: list[tuple[str, float, list[float]]], colour: str = "lime"
+               ) -> Image.Image:
+    """An image (RGB) with detections (label, score, box) drawn on, enlarged (nearest pixel) so that
+    a small image's labels can be read."""
+    zoom = max(1, 400 // max(image.size))
+    picture = image.convert("RGB").resize((image.width * zoom, image.height * zoom), Image.NEAREST)
+    pen = ImageDraw.Draw(picture)
+    for label, score, box in found:
+        x1, y1, x2, y2 = (v * zoom for v in box)
+        pen.rectangle((x1, y1, x2, y2), outline=colour, width=1)
+        pen.text((x1 + 2, y1 + 1), f"{label} {score:.2f}", fill=colour)
+    return picture
 
 
 def prepare(image: Image.Image, pre: dict, size_multiple: int = 1) -> np.ndarray:
@@ -113,6 +155,21 @@ def _open(image) -> Image.Image:
 def predict(onnx_path: str | Path, images: list, threads: int | None = None) -> list[tuple[str, float]]:
     """(label, probability) for each image file."""
     return Predictor(onnx_path, threads)(images)
+
+
+def detect_onnx(model: str | Path | Predictor, images: list, out_dir: str | Path, threshold: float = 0.5
+                ) -> list[list[tuple]]:
+    """An exported detection model's (label, score, box x1 y1 x2 y2) above the threshold for each image
+    file, and each image with them drawn on, as OUT_DIR/<image name>.png; no torch.
+
+    Args:
+        model: the ONNX file, or a Predictor of it.
+    """
+    found = (model if isinstance(model, Predictor) else Predictor(model)).detect(images, threshold)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for image, boxes in zip(images, found):
+        draw_boxes(_open(image), boxes).save(Path(out_dir) / f"{Path(str(image)).stem}.png")
+    return found
 
 
 def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: float = 0.5) -> list[list[tuple]]:
@@ -159,16 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--run", help="a finished detection run's directory: draw its detections")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--threads", type=int, help="onnxruntime threads (default: its own choice)")
-    p.add_argument("--out", default="predictions", help="with --run: the folder for the drawn images")
-    p.add_argument("--threshold", type=float, default=0.5, help="with --run: the lowest score drawn")
+    p.add_argument("--out", default="predictions", help="detection: the folder for the drawn images")
+    p.add_argument("--threshold", type=float, default=0.5, help="detection: the lowest score drawn")
     args = p.parse_args(argv)
     try:
-        if args.run:
-            for path, found in zip(args.images, detect(args.run, args.images, args.out, args.threshold)):
-                print(f"{path}: " + ("; ".join(f"{n} {s:.2f} at {b}" for n, s, b in found) or "nothing found"))
+        predictor = None if args.run else Predictor(args.onnx, args.threads)
+        if predictor is None or predictor.detects:
+            found = (detect(args.run, args.images, args.out, args.threshold) if predictor is None else
+                     detect_onnx(predictor, args.images, args.out, args.threshold))
+            for path, boxes in zip(args.images, found):
+                print(f"{path}: " + ("; ".join(f"{n} {s:.2f} at {b}" for n, s, b in boxes) or "nothing found"))
             print(f"drew them into {args.out}/")
             return 0
-        results = predict(args.onnx, args.images, args.threads)
+        results = predictor(args.images)
     except PredictError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

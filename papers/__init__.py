@@ -102,8 +102,8 @@ class PaperSpec:
 
 
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
-# The CNN lineage first, in the order a study group reads it, and detection on a CNN; then
-# attention for images and recurrence for sequences.
+# The CNN lineage first, in the order a study group reads it, and detection on a CNN (Faster R-CNN,
+# then DETR's Transformer on a ResNet); then attention for images and recurrence for sequences.
 PAPER_FOLDERS = (
     "lenet",
     "alexnet",
@@ -113,6 +113,7 @@ PAPER_FOLDERS = (
     "densenet",
     "mobilenetv2",
     "faster_rcnn",
+    "detr",
     "vit",
     "lstm",
 )

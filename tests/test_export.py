@@ -19,10 +19,11 @@ from tests.conftest import ROOT, launch_env
 from train import main as train_main
 
 
-def dims(path: Path) -> dict[str, list]:
-    """Each graph input's dimensions: an int where fixed, a name where dynamic."""
+def dims(path: Path, outputs: bool = False) -> dict[str, list]:
+    """Each graph input's (or output's) dimensions: an int where fixed, a name where dynamic."""
     graph = onnx.load(str(path), load_external_data=False).graph
-    return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
+    return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in (graph.output if outputs else graph.input)}
 
 
 @pytest.mark.parametrize("paper", list_papers())
@@ -39,31 +40,81 @@ def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys):
     assert export.main(["--paper", paper, "--out", str(tmp_path / "model.onnx")]) == 0
     out = capsys.readouterr().out
     assert "largest" in out and ("<= 0.0001" in out or "within 0.0001 times the largest output" in out)
-    shapes, padded = dims(tmp_path / "model.onnx"), spec.padded_batches
+    shapes, padded, detection = dims(tmp_path / "model.onnx"), spec.padded_batches, spec.task == "detection"
     if spec.inputs == "image":  # the batch is dynamic; height and width too where the paper reads padded batches
-        assert list(shapes) == ["images"]
+        assert list(shapes) == (["images", "mask"] if detection else ["images"])
         batch, channels, height, width = shapes["images"]
         assert isinstance(batch, str) and isinstance(channels, int)
         assert all(isinstance(d, str) if padded else isinstance(d, int) for d in (height, width))
+        if detection:  # the mask of the images' valid pixels, and each image's N detections
+            assert shapes["mask"] == [batch, height, width]
+            outputs = dims(tmp_path / "model.onnx", outputs=True)
+            assert list(outputs) == ["boxes", "scores", "labels"]
+            assert outputs["boxes"][0] == outputs["scores"][0] == outputs["labels"][0] == batch
+            assert outputs["boxes"][1:] == [outputs["scores"][1], 4] and isinstance(outputs["scores"][1], int)
     else:  # the batch is dynamic; the length too, with lengths, where the paper reads padded batches
         assert list(shapes) == (["x", "lengths"] if padded else ["x"])
         batch, steps, _ = shapes["x"]
         assert isinstance(batch, str) and (isinstance(steps, str) if padded else isinstance(steps, int))
         assert not padded or isinstance(shapes["lengths"][0], str)
 
-    # the check itself: batches of 1 and 5 (at two sizes where they vary) within 1e-4, and not trivially
-    # (outputs differ by input)
+    # the check itself: batches of 1 and 5 (at two sizes where they vary; for detection, images of
+    # different sizes within a padded batch) within 1e-4, and not trivially (outputs differ by input)
     data = get_dataset(spec.defaults["dataset"])
     facts = data.facts(image_size=spec.defaults.get("image_size"))  # a paper built for a larger input reads it resized
     torch.manual_seed(0)
     model = export.randomize(spec.build_for_data("tiny", facts).eval())
     multiple = export.size_multiple(model, data.preprocess())
-    report = export.check(tmp_path / "model.onnx", model, spec.inputs, facts, multiple, padded)
+    report = export.check(tmp_path / "model.onnx", model, spec.inputs, facts, multiple, padded, detection)
     assert len(report) == (4 if padded else 2)  # check raises where onnxruntime differs
     assert len({what.split(",")[1] for what, _ in report}) == (2 if padded else 1), "two sizes where they vary"
-    a, b = (export.example(spec.inputs, facts, multiple, 3, False, seed=s, padded=padded) for s in (1, 2))
+    a, b = (export.example(spec.inputs, facts, multiple, 3, False, seed=s, padded=padded, detection=detection)
+            for s in (1, 2))
+    if detection:  # images of three sizes in each padded batch
+        assert not a["mask"].all() and len({int(m.sum()) for m in a["mask"]}) == 3
+    graph = export.graph(model, detection)  # for detection, `detect(images, mask)`: boxes first
+    first = lambda out: out[0] if isinstance(out, tuple) else out
     with torch.no_grad():
-        assert (model(*a.values()) - model(*b.values())).abs().max() > 1e-3
+        assert (first(graph(*a.values())) - first(graph(*b.values()))).abs().max() > 1e-3
+    if detection:
+        check_detections_from_the_file(tmp_path, model, data)
+
+
+def check_detections_from_the_file(tmp_path: Path, model: torch.nn.Module, data) -> None:
+    """common.predict on a detection model's file: test images of different sizes, padded into one
+    batch, get the detections PyTorch gives each alone; the command line draws them, without torch."""
+    samples = export.write_samples(tmp_path / "samples", data.load()[1], data.preprocess(), 3)
+    sizes = {Image.open(p).size for p in samples}
+    assert len(sizes) > 1, "images of different sizes share the batch"
+    found = Predictor(tmp_path / "model.onnx").detect(samples, threshold=0)
+    with pytest.raises(PredictError, match="gives boxes, not one label per image"):
+        predict(tmp_path / "model.onnx", samples)
+    for path, boxes in zip(samples, found):
+        x = torch.from_numpy(np.asarray(Image.open(path).convert("RGB"), dtype=np.float32) / 255).permute(2, 0, 1)
+        with torch.no_grad():
+            alone = model(x[None])[0]  # unpadded, no mask
+        order = alone["scores"].argsort(descending=True, stable=True)
+        assert len(boxes) == len(order)
+        assert np.allclose([s for _, s, _ in boxes], alone["scores"][order].numpy(), rtol=0, atol=1e-4)
+        for label, score, box in boxes:  # a detection of that score (an untrained model's scores nearly tie)
+            near = ((alone["scores"] - score).abs() < 1e-4).nonzero()[:, 0].tolist()
+            assert any(np.abs(np.array(box) - alone["boxes"][j].numpy()).max() <= 0.06  # boxes rounded to 0.1 px
+                       and label == str(int(alone["labels"][j])) for j in near), (path, label, score, box)
+    no_torch = tmp_path / "no_torch"
+    (no_torch / "torch").mkdir(parents=True)
+    (no_torch / "torch/__init__.py").write_text("raise ImportError('torch is not allowed here')\n")
+    proc = subprocess.run([sys.executable, "-m", "common.predict", "--onnx", str(tmp_path / "model.onnx"),
+                           *map(str, samples), "--out", str(tmp_path / "drawn"), "--threshold", "0"],
+                          env=launch_env() | {"PYTHONPATH": f"{no_torch}:{ROOT}"}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == f"drew them into {tmp_path / 'drawn'}/" and len(lines) == len(samples) + 1
+    for path, line, boxes in zip(samples, lines, found):
+        assert line.startswith(f"{path}: ") and line.count(" at [") == len(boxes)
+        drawn, image = Image.open(tmp_path / "drawn" / path.name), Image.open(path)
+        zoom = drawn.size[0] // image.size[0]
+        assert drawn.size == (zoom * image.size[0], zoom * image.size[1]) and zoom >= 2  # enlarged to be read
 
 
 def test_a_mismatch_is_an_error_and_the_file_is_removed(tmp_path, capsys, monkeypatch):
@@ -87,6 +138,20 @@ def test_a_mismatch_is_an_error_and_the_file_is_removed(tmp_path, capsys, monkey
     assert export.main(["--paper", "vit", "--out", str(tmp_path / "bad.onnx")]) == 1
     assert "differs from PyTorch" in capsys.readouterr().err
     assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_every_output_is_compared_and_integers_exactly():
+    """A detection file's three outputs: float outputs within 1e-4 (times their largest magnitude
+    above 1: boxes in pixels), labels equal, and a missing or misshapen output never passes."""
+    boxes = np.array([[[10.0, 20.0, 150.0, 90.0]]], dtype=np.float32)
+    assert export.difference(boxes + 1e-3, boxes) == pytest.approx((1e-3, 150 * 1e-4), rel=1e-2)  # float32 at 150
+    assert export.difference(boxes + 0.02, boxes)[0] > export.difference(boxes + 0.02, boxes)[1]
+    scores = np.array([[0.25, 0.5]], dtype=np.float32)
+    assert export.difference(scores + 2e-4, scores)[1] == pytest.approx(1e-4)
+    labels = np.array([[3, 7]])
+    assert export.difference(labels, labels) == (0.0, 0.0) and export.difference(labels + 1, labels) == (1.0, 0.0)
+    assert export.difference(labels.astype(np.float32), labels)[0] == float("inf")
+    assert export.difference(scores[:, :1], scores)[0] == float("inf")
 
 
 def test_a_vit_for_images_of_varying_size_exports_with_their_size_multiple(tmp_path):

@@ -140,10 +140,10 @@ def test_vgg16_parameter_count_against_torchvision():
 def test_tiny_flavor_size_and_stride():
     model = PAPER.build("tiny")
     assert 200_000 < count(model) < 2_000_000, count(model)
-    assert model.backbone.stride == 4 and model.num_classes == 10
+    assert model.backbone.stride == 8 and model.num_classes == 10
     with torch.no_grad():
         features, _ = model.backbone(torch.zeros(1, 3, 64, 96))
-    assert features.shape == (1, 64, 16, 24)
+    assert features.shape == (1, 64, 8, 12)
 
 
 def test_anchors_are_three_scales_and_three_ratios():
@@ -254,4 +254,4 @@ def test_eval_ignores_targets_and_spec():
     assert PAPER.task == "detection" and PAPER.padded_batches and PAPER.data_kwargs == ("num_classes",)
     with torch.device("meta"):
         blocks = PAPER.build("tiny").get_submodule(PAPER.shard_blocks)
-    assert isinstance(blocks, nn.ModuleList) and len(blocks) == 3
+    assert isinstance(blocks, nn.ModuleList) and len(blocks) == 2

@@ -81,6 +81,13 @@ def test_the_bench_quick_form_prints_every_row(capsys):
     assert len(latency) == 4 and sum("onnxruntime (" in line for line in latency) == 2
 
 
+def test_the_bench_refuses_detection_papers_in_one_line(capsys):
+    assert bench.main(["--rows", "a", "--papers", "faster_rcnn,vit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: the bench times classification and sequence papers; not faster_rcnn (")
+    assert "faster_rcnn" not in bench.BENCHED and "vit" in bench.BENCHED and len(err.splitlines()) == 1
+
+
 def test_profile_records_n_steps_writes_a_trace_and_prints_the_top_operators(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["--paper", "vit", "--max-steps", "8", "--profile", "3", "--wandb", "disabled", "--out", str(run)]) == 0

@@ -387,15 +387,16 @@ class FasterRCNN(nn.Module):
 
 VGG16 = dict(kind="vgg", blocks=D)  # VGG-16's convolutional layers (papers/vgg, Table 1 column D)
 
-# tiny: the repo's own for digits-detect (64-160 px canvases, 8-32 px digits, 10 classes): the CIFAR-stem
-# ResNet of papers/resnet, three stages of one basic block (16, 32, 64 filters): a map of stride 4, on
-# which 8 px digits still span two cells; anchors of 8, 16, 32 px; RoIAlign (RoI max pooling quantises a
-# 2 x 2-cell digit to nothing useful); for at most 6 digits a canvas, fewer proposals (600 before NMS and
-# 150 after in training, 300 and 100 at test) and 32 RoIs per image (up to 8 foreground); fc layers of 128,
-# no dropout.
+# tiny: the repo's own for digits-detect (48-128 px canvases, 8-32 px digits, 10 classes): a ResNet of
+# papers/resnet with the ImageNet stem (7x7/2 convolution, 3x3/2 max pooling) and two stages of one basic
+# block (32, 64 filters): a map of stride 8, on which an 8 px digit is one cell; anchors of 8, 16, 32 px;
+# RoIAlign (RoI max pooling quantises a one-cell digit to nothing useful); for at most 6 digits a canvas,
+# fewer proposals (600 before NMS and 150 after in training, 300 and 100 at test) and 32 RoIs per image
+# (up to 8 foreground); fc layers of 128, no dropout. The CIFAR stem's stride-4 map (three stages of 16, 32,
+# 64) took 2.2 times as long a step for the same parameters: its full-resolution layers were the cost.
 # VGG-16: the paper's PASCAL VOC model (20 classes, Sections 3 and 4.1, py-faster-rcnn's end-to-end settings).
 FLAVORS = {
-    "tiny": dict(backbone=dict(kind="resnet", block="basic", layers=(1, 1, 1), widths=(16, 32, 64), stem="cifar",
+    "tiny": dict(backbone=dict(kind="resnet", block="basic", layers=(1, 1), widths=(32, 64), stem="imagenet",
                                shortcut="A"),
                  num_classes=10, anchor_sizes=(8, 16, 32), rpn_pre_nms_top_n=(600, 300),
                  rpn_post_nms_top_n=(150, 100), roi="align", fc_width=128, dropout=0.0, roi_batch_size=32),
