@@ -26,23 +26,29 @@ def single(tmp_path_factory):
     return out / "run"
 
 
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory) -> dict:
+    """The single-process run's flags under torchrun with 2 processes, once with ddp and once with fsdp."""
+    out = tmp_path_factory.mktemp("two-processes")
+    for strategy in ("ddp", "fsdp"):
+        torchrun(FLAGS + ["--strategy", strategy, "--out", str(out / strategy)], cwd=out)
+    return {strategy: out / strategy for strategy in ("ddp", "fsdp")}
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_processes_train_the_single_process_weights(strategy, single, tmp_path):
-    torchrun(FLAGS + ["--strategy", strategy, "--out", str(tmp_path / "run")], cwd=tmp_path)
-    assert max_difference(weights(tmp_path / "run"), weights(single)) < 1e-5
-    result = load_json(tmp_path / "run" / "result.json")
+def test_two_processes_train_the_single_process_weights(strategy, single, two_processes):
+    run = two_processes[strategy]
+    assert max_difference(weights(run), weights(single)) < 1e-5
+    result = load_json(run / "result.json")
     assert result["strategy"] == strategy and result["world_size"] == 2
     assert len(result["memory_per_rank"]) == 2
 
 
-def test_fsdp_holds_about_half_of_ddps_bytes_per_rank(tmp_path):
-    for strategy in ("ddp", "fsdp"):
-        torchrun(["--paper", "vit", "--max-steps", "2", "--wandb", "disabled", "--strategy", strategy,
-                  "--out", str(tmp_path / strategy)], cwd=tmp_path)
-    ddp, fsdp = (load_json(tmp_path / s / "result.json")["memory_per_rank"] for s in ("ddp", "fsdp"))
+def test_fsdp_holds_about_half_of_ddps_bytes_per_rank(two_processes):
+    ddp, fsdp = (load_json(two_processes[s] / "result.json")["memory_per_rank"] for s in ("ddp", "fsdp"))
     for part in ("params", "grads", "optimizer", "total"):
         assert max(rank[part] for rank in fsdp) <= 0.55 * max(rank[part] for rank in ddp), part
-    assert ddp[0]["params"] == 4 * load_json(tmp_path / "ddp" / "result.json")["params"]  # fp32: 4 bytes each
+    assert ddp[0]["params"] == 4 * load_json(two_processes["ddp"] / "result.json")["params"]  # fp32: 4 bytes each
 
 
 def test_two_machines_train_the_two_process_weights(single, tmp_path):
