@@ -10,6 +10,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two test processes share the two cores: one thread each, for their torch and for the processes
+    # they start (torchrun already gives its workers one each), so that no thread spins waiting for a
+    # core another process holds.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 RESULTS_BEFORE = pytest.StashKey[dict]()
 
 

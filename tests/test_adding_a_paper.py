@@ -36,7 +36,7 @@ def test_a_paper_written_from_the_readme_alone_is_covered_by_the_registry_wide_t
     follow_the_readme(repo)
     env = launch_env() | {"PYTHONPATH": str(repo)}
 
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-k", "allconv",
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "0", "-k", "allconv",
                             *REGISTRY_WIDE], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     passed = set(re.findall(r"::(\w+)\[allconv\] PASSED", tests.stdout))

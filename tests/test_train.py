@@ -81,9 +81,9 @@ def test_same_seed_gives_the_same_weights(tmp_path):
 
 
 def test_bf16_autocast_and_accumulation_train(tmp_path):
-    result = short_run(tmp_path / "run", "--max-steps", "6", "--precision", "bf16", "--grad-accum", "4",
+    result = short_run(tmp_path / "run", "--max-steps", "2", "--precision", "bf16", "--grad-accum", "2",
                        "--wandb", "disabled")
-    assert result["precision"] == "bf16" and result["steps"] == 6
+    assert result["precision"] == "bf16" and result["steps"] == 2
     assert 0 <= result["final"] <= 1
 
 
