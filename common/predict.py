@@ -173,14 +173,12 @@ def detect_onnx(model: str | Path | Predictor, images: list, out_dir: str | Path
 
 
 def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: float = 0.5) -> list[list[tuple]]:
-    """A detection run's (label, score, box x1 y1 x2 y2) above the threshold for each image file, and
-    each image with them drawn on, as OUT_DIR/<image name>.png."""
+    """A detection run's (label, score, box x1 y1 x2 y2 in the file's pixels) above the threshold, best
+    first, for each image file, and each image with them drawn on, as OUT_DIR/<image name>.png."""
     import torch
-    from torchvision.io import write_png
 
     from common.data import get_dataset
     from common.errors import ConfigError
-    from common.evaluate import draw
     from common.export import load_run
 
     try:
@@ -195,17 +193,16 @@ def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: fl
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     results = []
     for image in images:
-        x = torch.from_numpy(prepare(_open(image), pre))  # (3, H, W), at its own size
+        opened = _open(image)
+        x = torch.from_numpy(prepare(opened, pre))  # (3, h, w), at its own size
         with torch.no_grad():
             found = model(x[None])[0]
-        keep = found["scores"] >= threshold
-        boxes, scores, labels = found["boxes"][keep], found["scores"][keep], found["labels"][keep]
-        names = [pre["labels"][int(c)] for c in labels]
-        picture = draw((x * torch.tensor(pre["std"])[:, None, None] + torch.tensor(pre["mean"])[:, None, None])
-                       / pre["scale"] / 255, boxes, [f"{n} {float(s):.2f}" for n, s in zip(names, scores)],
-                       zoom=max(1, 400 // max(x.shape[1:])))  # small images enlarged to be read
-        write_png(picture, str(Path(out_dir) / f"{Path(str(image)).stem}.png"))
-        results.append([(n, float(s), [round(float(v), 1) for v in b]) for n, s, b in zip(names, scores, boxes)])
+        scale = torch.tensor([opened.width / x.shape[2], opened.height / x.shape[1]] * 2)  # to the file's pixels
+        order = found["scores"].argsort(descending=True, stable=True)
+        results.append([(pre["labels"][int(found["labels"][k])], float(found["scores"][k]),
+                         [round(float(v), 1) for v in found["boxes"][k] * scale])
+                        for k in order.tolist() if found["scores"][k] >= threshold])
+        draw_boxes(opened, results[-1]).save(Path(out_dir) / f"{Path(str(image)).stem}.png")
     return results
 
 

@@ -393,7 +393,7 @@ VGG16 = dict(kind="vgg", blocks=D)  # VGG-16's convolutional layers (papers/vgg,
 # RoIAlign (RoI max pooling quantises a one-cell digit to nothing useful); for at most 6 digits a canvas,
 # fewer proposals (600 before NMS and 150 after in training, 300 and 100 at test) and 32 RoIs per image
 # (up to 8 foreground); fc layers of 128, no dropout. The CIFAR stem's stride-4 map (three stages of 16, 32,
-# 64) took 2.2 times as long a step for the same parameters: its full-resolution layers were the cost.
+# 64, as many parameters) was tried first: its layers at full resolution made a step about twice as long.
 # VGG-16: the paper's PASCAL VOC model (20 classes, Sections 3 and 4.1, py-faster-rcnn's end-to-end settings).
 FLAVORS = {
     "tiny": dict(backbone=dict(kind="resnet", block="basic", layers=(1, 1), widths=(32, 64), stem="imagenet",
