@@ -15,11 +15,13 @@ So every image gets the detections it gets alone.
 """
 
 import math
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
+from safetensors.torch import load_file
 from torchvision.ops import box_convert, clip_boxes_to_image
 
 from common.layers import masked
@@ -61,6 +63,7 @@ def freeze_batch_norm(module: nn.Module) -> None:
 
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+BACKBONE_DIR = Path(__file__).parent  # where a flavor's pretrained backbone file lives (pretrain.py)
 
 
 class Backbone(nn.Module):
@@ -76,9 +79,12 @@ class Backbone(nn.Module):
         trainable_stages: train only the last this many stages; the stem and the stages before them are
             frozen (the reference trains layer2-4 of the ResNet: 3). None: everything trains.
         in_chans: input channels.
+        weights: a safetensors file of this backbone's pretrained weights (its state dict with trainable
+            batch norm), loaded before batch norm is frozen; a bare name is looked up in papers/detr.
     """
 
-    def __init__(self, resnet: str | dict, frozen_bn: bool, trainable_stages: int | None, in_chans: int = 3):
+    def __init__(self, resnet: str | dict, frozen_bn: bool, trainable_stages: int | None, in_chans: int = 3,
+                 weights: str | None = None):
         super().__init__()
         if isinstance(resnet, str):
             if resnet not in RESNET_FLAVORS:
@@ -91,6 +97,8 @@ class Backbone(nn.Module):
         self.stem, self.stages = net.stem, net.stages  # the classifier (net.fc) is dropped
         self.num_channels = net.num_features
         self.stride = (4 if net.stem.pool is not None else 1) * 2 ** (len(self.stages) - 1)
+        if weights is not None:
+            self.load_state_dict(load_file(BACKBONE_DIR / weights))  # an absolute path replaces the folder
         if frozen_bn:
             freeze_batch_norm(self)
         if trainable_stages is not None:
@@ -251,6 +259,9 @@ class DETR(nn.Module):
         num_classes: object classes K; the classifier has K + 1 outputs, the last one no-object
             (91 for COCO's category ids, as the reference).
         backbone: the ResNet (see `Backbone`): a papers.resnet flavor name or ResNet kwargs.
+        backbone_weights: its pretrained weights (see `Backbone`): tiny's file, written by pretrain.py.
+            None: the backbone starts from its own initialisation (the paper's flavors would start from
+            torchvision's ImageNet ResNets, which this repository cannot download).
         frozen_bn: frozen batch norm in the backbone (the paper's, with a pretrained backbone).
         trainable_stages: the backbone trains only its last this many stages (3 in the reference);
             None: all of it.
@@ -281,12 +292,13 @@ class DETR(nn.Module):
         aux_loss: bool = True,
         eos_coef: float = 0.1,
         in_chans: int = 3,
+        backbone_weights: str | None = None,
     ):
         super().__init__()
         if d_model % 4:
             raise ValueError(f"d_model must be a multiple of 4 (sine and cosine pairs for rows and columns), got {d_model}")
         self.num_classes, self.in_chans, self.aux_loss = num_classes, in_chans, aux_loss
-        self.backbone = Backbone(backbone, frozen_bn, trainable_stages, in_chans)
+        self.backbone = Backbone(backbone, frozen_bn, trainable_stages, in_chans, backbone_weights)
         self.input_proj = nn.Conv2d(self.backbone.num_channels, d_model, kernel_size=1)  # C -> d, 1x1
         self.pos_embed = PositionEmbeddingSine(d_model // 2)
         self.encoder = nn.ModuleList(EncoderLayer(d_model, num_heads, dim_feedforward, dropout)
@@ -393,14 +405,16 @@ class DETR(nn.Module):
 PAPER = dict(frozen_bn=True, trainable_stages=3, d_model=256, num_heads=8, num_encoder_layers=6,
              num_decoder_layers=6, dim_feedforward=2048, dropout=0.1, num_queries=100, num_classes=91)
 
-# tiny: the repo's own for digits-detect (64-160 px canvases, 8-32 px digits, at most 6 of them): a
+# tiny: the repo's own for digits-detect (48-128 px canvases, 8-32 px digits, at most 6 of them): a
 # two-stage basic-block ResNet with the ImageNet stem, stride 8 (an 8 px digit is one position, a
-# 160 px side 20), trained from scratch with its batch norm; d = 128, 4 heads, FFN 256, 2 + 2
-# layers, 20 queries; no dropout (on a CPU, dropping attention weights costs a third of a step).
+# 128 px side 16), pretrained to classify the digits (pretrain.py) as the paper's is on ImageNet, its
+# batch norm frozen as the paper's; d = 128, 4 heads, FFN 256, 2 + 2 layers, 20 queries; no dropout
+# (on a CPU, dropping attention weights costs a third of a step).
 FLAVORS = {
-    "tiny": dict(backbone=dict(block="basic", layers=(1, 1), widths=(32, 64), stem="imagenet"), frozen_bn=False,
-                 trainable_stages=None, d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
-                 dim_feedforward=256, dropout=0.0, num_queries=20, num_classes=10),
+    "tiny": dict(backbone=dict(block="basic", layers=(1, 1), widths=(32, 64), stem="imagenet"),
+                 backbone_weights="tiny_backbone.safetensors", frozen_bn=True, trainable_stages=None, d_model=128,
+                 num_heads=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=256, dropout=0.0,
+                 num_queries=20, num_classes=10),
     "DETR": dict(backbone="torchvision-resnet50", **PAPER),
     "DETR-R101": dict(backbone="torchvision-resnet101", **PAPER),
 }
