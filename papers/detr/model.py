@@ -97,7 +97,7 @@ class Backbone(nn.Module):
         self.stem, self.stages = net.stem, net.stages  # the classifier (net.fc) is dropped
         self.num_channels = net.num_features
         self.stride = (4 if net.stem.pool is not None else 1) * 2 ** (len(self.stages) - 1)
-        if weights is not None:
+        if weights is not None and not net.stem.conv.weight.is_meta:  # built on the meta device: nothing to load
             self.load_state_dict(load_file(BACKBONE_DIR / weights))  # an absolute path replaces the folder
         if frozen_bn:
             freeze_batch_norm(self)

@@ -74,7 +74,7 @@ def pretrain(steps: int = STEPS, seed: int = SEED) -> tuple[Classifier, float]:
     train_pool, train_labels, test_pool, test_labels = glyphs()
     model = Classifier()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
-    warmup = steps // 20
+    warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1, (s + 1) / warmup) * 0.5 * (
         1 + torch.cos(torch.tensor(torch.pi * s / steps)).item()))
     g = torch.Generator().manual_seed(seed)
