@@ -415,6 +415,11 @@ FLAVORS = {
                  backbone_weights="tiny_backbone.safetensors", frozen_bn=True, trainable_stages=None, d_model=128,
                  num_heads=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=256, dropout=0.0,
                  num_queries=20, num_classes=10),
+}
+# tiny-scratch: tiny with its backbone trained from scratch (He init, batch norm that trains): what the
+# pretraining buys (README, "Our results").
+FLAVORS["tiny-scratch"] = {**FLAVORS["tiny"], "backbone_weights": None, "frozen_bn": False}
+FLAVORS |= {
     "DETR": dict(backbone="torchvision-resnet50", **PAPER),
     "DETR-R101": dict(backbone="torchvision-resnet101", **PAPER),
 }
