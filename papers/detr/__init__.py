@@ -15,7 +15,7 @@ PAPER = PaperSpec(
     inputs="image",
     task="detection",
     data_kwargs=("num_classes",),
-    defaults=dict(dataset="digits-detect", epochs=9, batch_size=16, lr=3e-4, weight_decay=1e-4, warmup_steps=100,
+    defaults=dict(dataset="digits-detect", epochs=8, batch_size=16, lr=3e-4, weight_decay=1e-4, warmup_steps=100,
                   clip_grad=0.1, bucketing="size"),
     reference="facebookresearch/detr (models/detr.py, transformer.py, matcher.py); parameter counts of Table 1",
     shard_blocks="decoder",
