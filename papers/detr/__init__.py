@@ -16,7 +16,7 @@ PAPER = PaperSpec(
     task="detection",
     data_kwargs=("num_classes",),
     defaults=dict(dataset="digits-detect", epochs=8, batch_size=16, lr=3e-4, weight_decay=1e-4, warmup_steps=100,
-                  clip_grad=0.1, bucketing="size"),
+                  clip_grad=0.1, bucketing="size", schedule="step", milestones="0.8", gamma=0.1),
     reference="facebookresearch/detr (models/detr.py, transformer.py, matcher.py); parameter counts of Table 1",
     shard_blocks="decoder",
     padded_batches=True,
