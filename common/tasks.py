@@ -12,6 +12,8 @@ A new kind of task subclasses `Task` (kind, metric, higher_is_better, loss,
 metrics, update) and is added with `register`.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -171,6 +173,93 @@ class Detection(Task):
         return f"test map {metrics['map']:.4g}, map_50 {metrics['map_50']:.4g}, mar_100 {metrics['mar_100']:.4g}"
 
 
+class Seq2Seq(Task):
+    """Sequence to sequence (translation): a source token sequence to a target token sequence.
+
+    Inputs {"src": (B, S) ids, "src_lengths": (B,), "mask": (B, S)}; targets (B, T) ids, each ending
+    with </s>, padded with pad_id (common.data.collate.pad_pairs). In training the model reads the
+    targets shifted right behind <s> (teacher forcing): `model(src, src_lengths, tgt_in)` gives logits
+    (B, T, V), trained by cross-entropy over the target tokens with padding ignored (and label
+    smoothing, as the Transformer's). Evaluation decodes (common.decode: greedy, or beam search with
+    `beam` > 1 and the paper's length penalty) and scores corpus BLEU (torchmetrics' SacreBLEUScore,
+    sacrebleu's algorithm, 0 to 100 as papers report it; characters as tokens on character-level data,
+    sacrebleu's 13a tokenizer on words), the exact match of whole sequences, and the teacher-forced
+    loss per target token with its perplexity. Facts: pad_id, bos_id, eos_id, itos (the vocabulary's
+    strings) and level ("char" or "word").
+    """
+
+    kind = "seq2seq"
+    metric = "bleu"
+    higher_is_better = True
+    REPORTED = ("bleu", "exact_match", "loss", "perplexity")
+
+    def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0, beam: int = 1,
+                 length_penalty=None):
+        super().__init__(facts, label_smoothing)
+        self.beam, self.length_penalty = beam, length_penalty
+
+    def teacher_input(self, targets: torch.Tensor) -> torch.Tensor:
+        """<s> then the targets but their last token: (B, T); padding stays padding."""
+        bos = targets.new_full((targets.shape[0], 1), self.facts["bos_id"])
+        return torch.cat([bos, targets[:, :-1]], dim=1)
+
+    def forward(self, model: nn.Module, inputs, targets):
+        logits = model(inputs["src"], inputs["src_lengths"], self.teacher_input(targets))  # (B, T, V)
+        if model.training:
+            return logits
+        from common import decode
+
+        ids = dict(bos_id=self.facts["bos_id"], eos_id=self.facts["eos_id"], pad_id=self.facts["pad_id"])
+        max_len = 2 * inputs["src"].shape[1] + 10
+        if self.beam > 1:
+            tokens = decode.beam_search(model, inputs["src"], inputs["src_lengths"], max_len, beam=self.beam,
+                                        length_penalty=self.length_penalty or decode.no_penalty, **ids)
+        else:
+            tokens = decode.greedy(model, inputs["src"], inputs["src_lengths"], max_len, **ids)
+        return {"logits": logits, "tokens": tokens}
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float().transpose(1, 2), targets, ignore_index=self.facts["pad_id"],
+                               label_smoothing=self.label_smoothing)
+
+    def text(self, ids) -> str:
+        """The text of ids up to the first </s>: characters joined, or words with spaces."""
+        itos, out = self.facts["itos"], []
+        for i in (int(i) for i in ids):
+            if i == self.facts["eos_id"]:
+                break
+            if i not in (self.facts["pad_id"], self.facts["bos_id"]):
+                out.append(itos[i])
+        return ("" if self.facts.get("level", "word") == "char" else " ").join(out)
+
+    def metrics(self) -> dict[str, Metric]:
+        from torchmetrics.text import SacreBLEUScore
+
+        tokenize = "char" if self.facts.get("level") == "char" else "13a"
+        return {"bleu": SacreBLEUScore(tokenize=tokenize), "exact_match": MeanMetric().set_dtype(torch.float64),
+                "loss": MeanMetric().set_dtype(torch.float64)}
+
+    def update(self, metrics: MetricCollection, outputs: dict, targets: torch.Tensor) -> None:
+        hypotheses = [self.text(t) for t in outputs["tokens"]]
+        references = [self.text(t) for t in targets]
+        metrics["bleu"].update(hypotheses, [[r] for r in references])
+        metrics["exact_match"].update(torch.tensor([h == r for h, r in zip(hypotheses, references)],
+                                                   dtype=torch.float64))
+        nll = F.cross_entropy(outputs["logits"].float().transpose(1, 2), targets, reduction="none")  # (B, T)
+        valid = targets != self.facts["pad_id"]
+        metrics["loss"].update(nll[valid].double())  # the mean over every target token
+
+    def compute(self, metrics: MetricCollection) -> dict[str, float]:
+        values = super().compute(metrics)
+        values["bleu"] *= 100
+        values["perplexity"] = math.exp(values["loss"])
+        return values
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        return (f"test bleu {metrics['bleu']:.4g}, exact match {metrics['exact_match']:.4g}, "
+                f"perplexity {metrics['perplexity']:.4g}")
+
+
 def gathered_mean_average_precision() -> Metric:
     """torchmetrics' MeanAveragePrecision (COCO's bbox evaluation by faster_coco_eval) whose per-image
     states come from every rank in one all_gather_object. Its own synchronisation gathers each image's
@@ -190,7 +279,7 @@ def gathered_mean_average_precision() -> Metric:
     return GatheredMeanAveragePrecision(box_format="xyxy", iou_type="bbox", backend="faster_coco_eval")
 
 
-TASKS = {task.kind: task for task in (Classification, Regression, Detection)}
+TASKS = {task.kind: task for task in (Classification, Regression, Detection, Seq2Seq)}
 
 
 def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0) -> Task:

@@ -18,8 +18,8 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, detect, digits, shapes, vision
-from common.data.collate import pad_images, pad_sequences, stack
+from common.data import adding, coco, dates, detect, digits, shapes, vision
+from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
 
@@ -31,7 +31,8 @@ class DatasetSpec:
     Args:
         name: the --dataset value.
         task: the task kind it is scored with (see common.tasks).
-        inputs: what a sample is: "image" (C, H, W) or "sequence" (T, F).
+        inputs: what a sample is: "image" (C, H, W), "sequence" (T, F), or "pairs" (a source and a
+            target sequence of token ids, (S,) and (T,)).
         facts: (data_dir, image_size) -> what the model is built for: num_classes (the
             outputs of its head: classes, or 1 for a scalar target), and in_chans and
             img_size for images, input_size (and seq_len where every sequence has
@@ -115,6 +116,10 @@ DATASETS = {
                     preprocess=detect.preprocessing,
                     description=f"{detect.TRAIN_SIZE:,} train / {detect.TEST_SIZE:,} test canvases of 48 to 128 by 48 "
                                 f"to 128 pixels holding 0 to 6 digits scaled 1x to 4x, with their boxes"),
+        DatasetSpec("dates", "seq2seq", "pairs", dates.facts, dates.load, variable_size=True, collate_fn=pad_pairs,
+                    description=f"{dates.TRAIN_SIZE:,} train / {dates.TEST_SIZE:,} test dates written in "
+                                f"{dates.NUM_STYLES} styles (English, French, German, Spanish) -> ISO 8601, "
+                                f"character level; no test date is a training date"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
                     preprocess=shapes.preprocessing,
                     description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "

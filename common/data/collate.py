@@ -6,8 +6,9 @@ bottom and right, so each sample's valid pixels are a rectangle anchored at the
 top-left; sequences at the end. The padded sizes are rounded up to a multiple of
 `pad_multiple`, so that batches come in fewer shapes (fewer recompiles under
 torch.compile) and patch-based models get sides that divide into patches.
-Padded inputs come back as a dict: {"images", "mask"} or {"x", "lengths",
-"mask"}; `mask` is True on valid elements.
+Padded inputs come back as a dict: {"images", "mask"}, {"x", "lengths",
+"mask"}, or for pairs of token sequences {"src", "src_lengths", "mask"} with
+the padded targets; `mask` is True on valid elements.
 
 Targets are stacked where each sample's target is a tensor or a number, and kept
 as a list with one dict per sample where each is a dict (the form torchvision's
@@ -58,6 +59,21 @@ def pad_sequences(samples: list[tuple[torch.Tensor, object]], pad_multiple: int 
         x = torch.cat([x, x.new_zeros(x.shape[0], T - x.shape[1], *x.shape[2:])], dim=1)  # (B, T, F)
     mask = torch.arange(T) < lengths[:, None]  # (B, T)
     return {"x": x, "lengths": lengths, "mask": mask}, collate_targets(targets)
+
+
+def pad_pairs(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: int = 1, pad_id: int = 0
+              ) -> tuple[dict, torch.Tensor]:
+    """(source ids (S_i,), target ids (T_i,)) pairs -> ({"src": (B, S), "src_lengths": (B,), "mask": (B, S)},
+    targets (B, T)), both padded at the end with pad_id (targets to their own longest, sources to a
+    multiple of pad_multiple)."""
+    sources, targets = zip(*samples)
+    lengths = torch.tensor([len(s) for s in sources], dtype=torch.long)
+    S = round_up(int(lengths.max()), pad_multiple)
+    src = torch.full((len(sources), S), pad_id, dtype=torch.long)
+    for i, s in enumerate(sources):
+        src[i, :len(s)] = s
+    tgt = pad_sequence(list(targets), batch_first=True, padding_value=pad_id)  # (B, T)
+    return {"src": src, "src_lengths": lengths, "mask": torch.arange(S) < lengths[:, None]}, tgt
 
 
 def to_device(batch, device: torch.device):
