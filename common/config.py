@@ -56,6 +56,8 @@ class TrainConfig:
     gammas: str | None = None  # step schedule: one factor per milestone instead of gamma, e.g. "0.4,0.5"
     augment: str = "none"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment)
     label_smoothing: float = 0.0
+    beam: int = 1  # seq2seq evaluation: beam search of this width; 1 decodes greedily
+    length_penalty: float = 0.0  # beam search ranks by log p / ((5 + |Y|) / 6)^this (Wu et al.); 0: log p alone
     seed: int = 0
     precision: str = "fp32"
     grad_accum: int = 1  # micro-steps per optimizer step
@@ -176,12 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nesterov", action="store_true", help="sgd with Nesterov momentum")
     p.add_argument("--weight-decay", type=non_negative_float)
     p.add_argument("--warmup-steps", type=non_negative_int)
-    p.add_argument("--schedule", choices=SCHEDULES, help="after warmup: cosine, step, exponential or constant")
+    p.add_argument("--schedule", choices=SCHEDULES, help="after warmup: cosine, step, exponential, constant; noam: the Transformer's "
+                   "warmup then 1/sqrt(step) decay")
     p.add_argument("--milestones", help="step schedule: fractions of the run where lr is multiplied by gamma")
     p.add_argument("--gamma", type=positive_float, help="step: the factor at each milestone; exponential: per epoch")
     p.add_argument("--gammas", help="step: one factor per milestone, e.g. 0.4,0.5 (instead of one gamma)")
     p.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
     p.add_argument("--label-smoothing", type=non_negative_float)
+    p.add_argument("--beam", type=positive_int, help="seq2seq: evaluate by beam search of this width (default 1: greedy)")
+    p.add_argument("--length-penalty", type=non_negative_float,
+                   help="beam search: rank by log p / ((5 + length) / 6)^ALPHA (the Transformer's 0.6; default 0)")
     p.add_argument("--seed", type=non_negative_int)
     p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
@@ -269,6 +275,7 @@ def resolve(flags: dict) -> TrainConfig:
         spec = get_paper(flags["paper"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    spec = spec.for_flavor(flags.get("flavor", "tiny"))
     recipe = {}
     if flags.get("recipe") == "paper":
         if not spec.recipe:
@@ -312,6 +319,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(str(e)) from None
     if cfg.init is None and cfg.flavor not in spec.flavors:
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
+    spec = spec.for_flavor(cfg.flavor)
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
     for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing"),
@@ -331,6 +339,10 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)}")
     if cfg.label_smoothing >= 1:
         raise ConfigError(f"label_smoothing must be below 1, got {cfg.label_smoothing}")
+    if (cfg.beam != 1 or cfg.length_penalty) and data.task != "seq2seq":
+        raise ConfigError(f"--beam and --length-penalty decode sequences; {data.name} is a {data.task} data set")
+    if cfg.beam < 1 or cfg.length_penalty < 0:
+        raise ConfigError(f"beam must be >= 1 and length_penalty >= 0, got {cfg.beam} and {cfg.length_penalty}")
     if cfg.momentum < 0 or cfg.gamma <= 0:
         raise ConfigError(f"momentum must be >= 0 and gamma > 0, got {cfg.momentum} and {cfg.gamma}")
     try:

@@ -1,14 +1,16 @@
 """Decoding a sequence-to-sequence model: greedy and beam search over one interface.
 
 A seq2seq model (papers gru, seq2seq, bahdanau, transformer) has, besides its teacher-forced
-`forward(src, src_lengths, tgt_in) -> logits (B, T, V)`:
+`forward(src, src_lengths, tgt) -> logits (B, T, V)` (tgt: <s> then the target but its last token):
 
     encode(src, src_lengths) -> memory            whatever the decoder reads: tensors with the batch first
     decode_step(memory, tokens, state) -> (logits (B, V), state)
                                                   one step: `tokens` (B,) the previous output (<s> first),
                                                   `state` None at the first step; tensors with the batch first
 
-Both searches stop when every sequence has written </s> or after max_len tokens, and return
+Both searches stop when every sequence has written </s> (as `all_done` judges it: under fsdp, where
+every decode_step gathers parameters across ranks, every rank must run as many steps, so it asks all
+ranks) or after max_len tokens, and return
 (B, L) token ids, </s> included, padded after it with pad_id. Beam search keeps `beam` hypotheses
 per source and ranks finished ones by log-probability divided by each paper's length penalty
 (`length_penalty(length) -> float`; 1 gives raw log-probabilities, as Sutskever et al.'s).
@@ -25,9 +27,14 @@ def _select(tree, index: torch.Tensor):
     return tree_map(lambda t: t.index_select(0, index) if torch.is_tensor(t) else t, tree)
 
 
+def every(done: torch.Tensor) -> bool:
+    """Decoding may stop: every sequence of this process is done."""
+    return bool(done.all())
+
+
 @torch.no_grad()
 def greedy(model, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int, bos_id: int, eos_id: int,
-           pad_id: int = 0) -> torch.Tensor:
+           pad_id: int = 0, all_done: Callable[[torch.Tensor], bool] = every) -> torch.Tensor:
     """The most likely token at every step: (B, L) ids."""
     memory = model.encode(src, src_lengths)
     B = src.shape[0]
@@ -39,7 +46,7 @@ def greedy(model, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int, bo
         tokens = logits.argmax(-1).masked_fill(done, pad_id)  # (B,)
         out.append(tokens)
         done |= tokens == eos_id
-        if done.all():
+        if all_done(done):
             break
     return torch.stack(out, dim=1)  # (B, L)
 
@@ -56,7 +63,8 @@ def gnmt_penalty(alpha: float) -> Callable[[int], float]:
 
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int, bos_id: int, eos_id: int,
-                beam: int = 4, length_penalty: Callable[[int], float] = no_penalty, pad_id: int = 0) -> torch.Tensor:
+                beam: int = 4, length_penalty: Callable[[int], float] = no_penalty, pad_id: int = 0,
+                all_done: Callable[[torch.Tensor], bool] = every) -> torch.Tensor:
     """The best of `beam` hypotheses per source by log-probability / length_penalty(length): (B, L) ids.
 
     Every source keeps `beam` live hypotheses (its best continuations); one that writes </s> is
@@ -98,7 +106,7 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, max_len: in
                 k += 1
                 if k == beam:
                     break
-        if all(done):
+        if all_done(torch.tensor(done)):
             scores = new_scores  # all -inf: only finished hypotheses remain
             break
         rows = (torch.arange(B, device=device)[:, None] * beam + origin).view(-1)  # (B * beam,)

@@ -120,7 +120,8 @@ def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, see
     steps (the data set's length, or EXAMPLE_STEPS) with lengths from 1 to T (the first one full
     length). padded=False: the data set's size, and no lengths. detection: images in [0, 1] and
     their mask, each image after the first (which fills the batch) of its own height and width,
-    from half the batch's to all of it, zero-padded at the bottom and right."""
+    from half the batch's to all of it, zero-padded at the bottom and right. pairs: source ids of
+    lengths 1 to S (the first full length) padded with pad_id, and a teacher-forced target from <s>."""
     g = torch.Generator().manual_seed(seed)
     grow = lambda n: multiple * math.ceil((3 * n // 2 if larger and padded else n) / multiple)
     if kind == "image":
@@ -134,6 +135,16 @@ def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, see
             mask[i, :h, :w] = True
         images = torch.rand(batch, facts["in_chans"], H, W, generator=g) * mask[:, None]
         return {"images": images, "mask": mask}
+    if kind == "pairs":  # source ids of lengths 1 to S (the first full length), and a teacher-forced target
+        S, T = grow(EXAMPLE_STEPS), grow(EXAMPLE_STEPS) - 1
+        lengths = torch.randint(1, S + 1, (batch,), generator=g)
+        lengths[0] = S
+        first = 4 if "itos" in facts else 0  # past <pad> <s> </s> <unk>
+        src = torch.randint(first, facts["src_vocab"], (batch, S), generator=g)
+        src = src.masked_fill(torch.arange(S) >= lengths[:, None], facts.get("pad_id", 0))
+        tgt = torch.randint(first, facts["tgt_vocab"], (batch, T), generator=g)
+        tgt[:, 0] = facts.get("bos_id", 1)
+        return {"src": src, "src_lengths": lengths, "tgt": tgt}
     T = grow(facts.get("seq_len", EXAMPLE_STEPS))
     x = torch.randn(batch, T, facts["input_size"], generator=g)
     if not padded:
@@ -155,6 +166,9 @@ def dynamic_shapes(kind: str, multiple: int, padded: bool = True, detection: boo
         height, width = side("height"), side("width")
         images = {"images": {0: batch, 2: height, 3: width}}
         return {**images, "mask": {0: batch, 1: height, 2: width}} if detection else images
+    if kind == "pairs":
+        return {"src": {0: batch, 1: Dim("src_steps", min=1, max=1 << 16)}, "src_lengths": {0: batch},
+                "tgt": {0: batch, 1: Dim("tgt_steps", min=1, max=1 << 16)}}
     return {"x": {0: batch, 1: Dim("steps", min=1, max=1 << 16)}, "lengths": {0: batch}}
 
 
@@ -220,7 +234,9 @@ def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 
             diffs = ([difference(g, e) for g, e in zip(got, expected)] if len(got) == len(expected)
                      else [(math.inf, 0.0)])
             failed |= any(d > allowed for d, allowed in diffs)
-            if kind != "image":
+            if kind == "pairs":
+                shape = f"S={inputs['src'].shape[1]}, T={inputs['tgt'].shape[1]}, lengths {inputs['src_lengths'].tolist()}"
+            elif kind != "image":
                 shape = f"T={inputs['x'].shape[1]}" + (f", lengths {inputs['lengths'].tolist()}" if padded else "")
             elif detection:  # each image's valid height x width
                 sizes = [f"{int(m.any(1).sum())}x{int(m.any(0).sum())}" for m in inputs["mask"]]
@@ -278,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = resolve({k: v for k, v in flags.items() if v is not None})
             validate(cfg)
             out, run_id = Path(args.out or "model.onnx"), None
-        spec, data = get_paper(cfg.paper), get_dataset(cfg.dataset)
+        spec, data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
         facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
         preprocess = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size) if data.preprocess else None
     except (ConfigError, ValueError) as e:

@@ -100,7 +100,9 @@ def cells(position: int, r: dict) -> dict[str, str]:
         "rank": str(position),
         "paper": r["paper"],
         "flavor": r["flavor"],
-        "metric": f"{r['metric']} {r['final']:.4g}",
+        "metric": ", ".join([f"{r['metric']} {r['final']:.4g}"] + [
+            f"{name.replace('_', ' ')} {r['final_metrics'][name]:.4g}" for name in getattr(TASKS.get(r["task"]), "beside", ())
+            if name in r.get("final_metrics", {})]),
         "params": f"{r['params']:,}",
         "strategy": f"{r['strategy']} x{world}",
         "precision": r["precision"],

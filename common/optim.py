@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 OPTIMIZERS = ("adamw", "sgd", "rmsprop")
-SCHEDULES = ("cosine", "step", "exponential", "constant")
+SCHEDULES = ("cosine", "step", "exponential", "constant", "noam")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -80,6 +80,9 @@ def schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: i
                      milestone's own factor where `gammas` names one per milestone
         exponential  times `gamma` after every epoch of `steps_per_epoch` steps
         constant     the peak throughout
+        noam         Vaswani et al.'s eq. 3, d^-0.5 min(s^-0.5, s warmup^-1.5) at step s = step + 1, as a
+                     factor of its peak d^-0.5 warmup^-0.5 (so --lr is that peak): a linear rise over
+                     `warmup_steps`, then decay as 1/sqrt(s), whatever `total_steps`
     """
     if kind not in SCHEDULES:
         raise ValueError(f"unknown schedule '{kind}'; choose from: {', '.join(SCHEDULES)}")
@@ -97,6 +100,9 @@ def schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: i
         return 1.0
 
     def factor(step: int) -> float:
+        if kind == "noam":
+            s, w = step + 1, max(1, warmup_steps)
+            return min(s ** -0.5, s * w ** -1.5) * w ** 0.5
         if step < warmup_steps:
             return (step + 1) / (warmup_steps + 1)
         return after_warmup(step)

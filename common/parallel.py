@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
@@ -86,6 +86,11 @@ def resolve_strategy(strategy: str, world_size: int, cuda_devices: int | None = 
     return strategy
 
 
+# The methods besides forward that run a model's parameters (common.decode's protocol): under fsdp they
+# gather the root's parameters as forward does. A sharded block is called by its forward inside them.
+DECODING_METHODS = ("encode", "decode_step")
+
+
 def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str | None = None,
                 precision: str = "fp32") -> nn.Module:
     """Move, compile, wrap: the one order every strategy follows.
@@ -106,7 +111,11 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None 
             fully_shard(block, mp_policy=mp)
         if compile is not None and not shard_blocks:
             model.compile(**compile)
-        return fully_shard(model, mp_policy=mp)
+        model = fully_shard(model, mp_policy=mp)
+        for method in DECODING_METHODS:  # a seq2seq model decodes through these, outside forward
+            if callable(getattr(model, method, None)):
+                register_fsdp_forward_method(model, method)
+        return model
     if compile is not None:
         model.compile(**compile)
     if strategy == "dp":

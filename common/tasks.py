@@ -22,14 +22,17 @@ from torchmetrics.classification import MulticlassAccuracy
 
 
 def call(model: nn.Module, inputs):
-    """The model on a batch's inputs: `model(images, mask=...)`, `model(x, lengths=...)`, `model(**inputs)`
-    for other keyword inputs, or `model(x)` for a plain tensor."""
+    """The model on a batch's inputs: `model(images, mask=...)`, `model(x, lengths=...)`,
+    `model(src, src_lengths, tgt)` for pairs, `model(**inputs)` for other keyword inputs, or `model(x)`
+    for a plain tensor."""
     if not isinstance(inputs, dict):
         return model(inputs)
     if "images" in inputs:
         return model(inputs["images"], mask=inputs.get("mask"))
     if "x" in inputs:
         return model(inputs["x"], lengths=inputs.get("lengths"))
+    if "src" in inputs:  # a source and the decoder's teacher-forced input
+        return model(inputs["src"], inputs["src_lengths"], inputs["tgt"])
     return model(**inputs)
 
 
@@ -44,6 +47,7 @@ class Task:
     kind = ""
     metric = ""  # the metric that ranks runs and picks the best epoch; metrics() holds it and "loss"
     higher_is_better = True
+    beside: tuple[str, ...] = ()  # metrics the leaderboard shows beside the ranking one
 
     def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0):
         self.facts, self.label_smoothing = facts or {}, label_smoothing
@@ -176,46 +180,51 @@ class Detection(Task):
 class Seq2Seq(Task):
     """Sequence to sequence (translation): a source token sequence to a target token sequence.
 
-    Inputs {"src": (B, S) ids, "src_lengths": (B,), "mask": (B, S)}; targets (B, T) ids, each ending
-    with </s>, padded with pad_id (common.data.collate.pad_pairs). In training the model reads the
-    targets shifted right behind <s> (teacher forcing): `model(src, src_lengths, tgt_in)` gives logits
+    Inputs {"src": (B, S) ids, "src_lengths": (B,), "tgt": (B, T), "mask": (B, S)}; targets (B, T) ids, each
+    ending with </s>, padded with pad_id (common.data.collate.pad_pairs). The model reads "tgt", the
+    targets shifted right behind <s> (teacher forcing): `model(src, src_lengths, tgt)` gives logits
     (B, T, V), trained by cross-entropy over the target tokens with padding ignored (and label
     smoothing, as the Transformer's). Evaluation decodes (common.decode: greedy, or beam search with
     `beam` > 1 and the paper's length penalty) and scores corpus BLEU (torchmetrics' SacreBLEUScore,
     sacrebleu's algorithm, 0 to 100 as papers report it; characters as tokens on character-level data,
     sacrebleu's 13a tokenizer on words), the exact match of whole sequences, and the teacher-forced
     loss per target token with its perplexity. Facts: pad_id, bos_id, eos_id, itos (the vocabulary's
-    strings) and level ("char" or "word").
+    strings), level ("char" or "word"), and where a data set states it, max_target_length (decoding
+    stops there; else at twice the source's length and 10).
     """
 
     kind = "seq2seq"
     metric = "bleu"
     higher_is_better = True
+    beside = ("exact_match",)
     REPORTED = ("bleu", "exact_match", "loss", "perplexity")
 
     def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0, beam: int = 1,
-                 length_penalty=None):
+                 length_penalty: float = 0.0):
         super().__init__(facts, label_smoothing)
-        self.beam, self.length_penalty = beam, length_penalty
-
-    def teacher_input(self, targets: torch.Tensor) -> torch.Tensor:
-        """<s> then the targets but their last token: (B, T); padding stays padding."""
-        bos = targets.new_full((targets.shape[0], 1), self.facts["bos_id"])
-        return torch.cat([bos, targets[:, :-1]], dim=1)
+        self.beam, self.length_penalty = beam, length_penalty  # alpha of Wu et al.'s penalty; 0: none
 
     def forward(self, model: nn.Module, inputs, targets):
-        logits = model(inputs["src"], inputs["src_lengths"], self.teacher_input(targets))  # (B, T, V)
+        logits = call(model, inputs)  # (B, T, V), teacher-forced
         if model.training:
             return logits
-        from common import decode
+        from torch.distributed.fsdp import FSDPModule
+
+        from common import decode, parallel
 
         ids = dict(bos_id=self.facts["bos_id"], eos_id=self.facts["eos_id"], pad_id=self.facts["pad_id"])
-        max_len = 2 * inputs["src"].shape[1] + 10
+        # decode up to the data set's longest target where it states one, else twice the source and 10
+        max_len = self.facts.get("max_target_length", 2 * inputs["src"].shape[1] + 10)
+        all_done = decode.every
+        if isinstance(model, FSDPModule):  # each decode_step gathers parameters: all ranks take as many steps
+            max_len = parallel.all_reduce_max(max_len)
+            all_done = lambda done: parallel.all_reduce_max(int(not done.all())) == 0
         if self.beam > 1:
+            penalty = decode.gnmt_penalty(self.length_penalty) if self.length_penalty else decode.no_penalty
             tokens = decode.beam_search(model, inputs["src"], inputs["src_lengths"], max_len, beam=self.beam,
-                                        length_penalty=self.length_penalty or decode.no_penalty, **ids)
+                                        length_penalty=penalty, all_done=all_done, **ids)
         else:
-            tokens = decode.greedy(model, inputs["src"], inputs["src_lengths"], max_len, **ids)
+            tokens = decode.greedy(model, inputs["src"], inputs["src_lengths"], max_len, all_done=all_done, **ids)
         return {"logits": logits, "tokens": tokens}
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -282,10 +291,10 @@ def gathered_mean_average_precision() -> Metric:
 TASKS = {task.kind: task for task in (Classification, Regression, Detection, Seq2Seq)}
 
 
-def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0) -> Task:
+def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0, **options) -> Task:
     if kind not in TASKS:
         raise ValueError(f"unknown task kind '{kind}'; choose from: {', '.join(TASKS)}")
-    return TASKS[kind](facts, label_smoothing=label_smoothing)
+    return TASKS[kind](facts, label_smoothing=label_smoothing, **options)
 
 
 def register(task: type[Task]) -> type[Task]:

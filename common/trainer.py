@@ -76,6 +76,17 @@ def unpadded(inputs):
     return {k: v for k, v in inputs.items() if k not in ("mask", "lengths")} if isinstance(inputs, dict) else inputs
 
 
+def untied(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights as safetensors stores them: a tensor shared under two names (the Transformer's tied
+    embeddings and pre-softmax weights) written once under each, so that the file loads strictly."""
+    seen, out = set(), {}
+    for name, t in weights.items():
+        t = t.contiguous()
+        out[name] = t.clone() if t.data_ptr() in seen else t
+        seen.add(t.data_ptr())
+    return out
+
+
 def compiled_graphs() -> int:
     """Graphs torch.compile has compiled so far in this process (a recompile adds one)."""
     from torch._dynamo.utils import counters
@@ -111,12 +122,13 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool):
         self.started = time.perf_counter()  # wall time counts from here, and again after each save
         self.cfg, self.env, self.argv, self.resuming = cfg, env, argv, resuming
-        self.spec, self.data = get_paper(cfg.paper), get_dataset(cfg.dataset)
+        self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
         self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
         if env.is_main:
             parallel.warn_fallback(cfg.strategy, self.strategy)
         self.facts = self.data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
-        self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing)
+        decoding = dict(beam=cfg.beam, length_penalty=cfg.length_penalty) if self.data.task == "seq2seq" else {}
+        self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding)
         self.build_model()
         self.build_data()
         self.run_dir = Path(cfg.out) if cfg.out else parallel.broadcast_object(default_run_dir(cfg.paper))
@@ -365,6 +377,7 @@ class Trainer:
         if best is None or (value > best[0] if self.task.higher_is_better else value < best[0]):
             state["best"] = (value, epoch + 1)
         state["history"].append(value)
+        state["metrics"] = metrics  # the last evaluation's every metric
         padding = parallel.all_reduce_sum(torch.tensor(padding, dtype=torch.float64, device=self.env.device)).tolist()
         state["padding"] = [a + b for a, b in zip(state["padding"], padding)]
         state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
@@ -431,7 +444,7 @@ class Trainer:
         result = self.result()
         if not self.env.is_main:
             return result
-        save_file({k: v.contiguous() for k, v in weights.items()}, self.run_dir / "model.safetensors")
+        save_file(untied(weights), self.run_dir / "model.safetensors")
         write_json(self.run_dir / "result.json", result)
         store_result(result, Path(self.cfg.results_dir))
         metric = self.task.metric
@@ -460,7 +473,7 @@ class Trainer:
             "run_id": self.run_dir.name, "paper": cfg.paper, "flavor": cfg.flavor, "dataset": cfg.dataset,
             "task": self.task.kind, "metric": self.task.metric, "higher_is_better": self.task.higher_is_better,
             "final": state["history"][-1], "best": state["best"][0], "best_epoch": state["best"][1],
-            "params": self.n_params, "epochs": self.epochs, "steps": state["step"], "batch_size": cfg.batch_size,
+            "final_metrics": state.get("metrics", {}), "params": self.n_params, "epochs": self.epochs, "steps": state["step"], "batch_size": cfg.batch_size,
             "strategy": self.strategy, "world_size": self.env.world_size, "precision": cfg.precision,
             "compile": cfg.compile,
             "samples_per_s": state["step"] * cfg.batch_size / seconds,

@@ -6,6 +6,7 @@ so none can go missing silently. Adding a paper is one line in `PAPER_FOLDERS`
 own model) adds one with `register`.
 """
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
@@ -66,6 +67,9 @@ class PaperSpec:
             warmup_steps, augment, ...), applied over `defaults` by `--recipe paper`.
         reference_models: the reference configurations bench row b times ours against, the
             first one in its quick form (see ReferenceModel).
+        variants: flavor -> the fields that differ for a flavor of another kind (model, inputs,
+            task, defaults, data_kwargs, ...): GRU's sequence classifier beside its encoder-decoder.
+            `for_flavor` gives the spec a flavor trains under.
     """
 
     name: str
@@ -86,24 +90,31 @@ class PaperSpec:
     pretrained: dict[str, Callable[[nn.Module], nn.Module]] = field(default_factory=dict)
     recipe: dict = field(default_factory=dict)
     reference_models: tuple[ReferenceModel, ...] = ()
+    variants: dict[str, dict] = field(default_factory=dict)
+
+    def for_flavor(self, flavor: str) -> "PaperSpec":
+        """The spec this flavor trains under: this one, with a variant's fields in place."""
+        return dataclasses.replace(self, **self.variants[flavor], variants={}) if flavor in self.variants else self
 
     def build(self, flavor: str = "tiny", **overrides) -> nn.Module:
         """The model of one flavor; `overrides` (num_classes, in_chans, img_size, ...) replace its values."""
         if flavor not in self.flavors:
             raise ValueError(f"unknown flavor '{flavor}' for {self.name}; choose from: {', '.join(self.flavors)}")
-        return self.model(**{**self.flavors[flavor], **overrides})
+        return self.for_flavor(flavor).model(**{**self.flavors[flavor], **overrides})
 
     def build_for_data(self, flavor: str, facts: dict) -> nn.Module:
         """The model of one flavor, built for a dataset's facts (see common.data.DatasetSpec)."""
-        missing = [k for k in self.data_kwargs if k not in facts]
+        data_kwargs = self.for_flavor(flavor).data_kwargs
+        missing = [k for k in data_kwargs if k not in facts]
         if missing:
             raise ValueError(f"{self.name} needs {', '.join(missing)} from the dataset, which does not give it")
-        return self.build(flavor, **{k: facts[k] for k in self.data_kwargs})
+        return self.build(flavor, **{k: facts[k] for k in data_kwargs})
 
 
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
 # The CNN lineage first, in the order a study group reads it, and detection on a CNN (Faster R-CNN,
-# then DETR's Transformer on a ResNet); then attention for images and recurrence for sequences.
+# then DETR's Transformer on a ResNet); then attention for images and recurrence for sequences, and
+# translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al., the Transformer).
 PAPER_FOLDERS = (
     "lenet",
     "alexnet",
@@ -116,6 +127,10 @@ PAPER_FOLDERS = (
     "detr",
     "vit",
     "lstm",
+    "gru",
+    "seq2seq",
+    "bahdanau",
+    "transformer",
 )
 
 

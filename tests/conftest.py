@@ -5,6 +5,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,19 @@ def torchrun(args: list[str], cwd: Path, nproc: int = 2, timeout: int = 300) -> 
     return proc
 
 
-def read_wandb_records(path: Path) -> list:
+def read_wandb_records(path: Path, timeout: float = 60.0) -> list:
+    """The records of an offline `run-<id>.wandb` file, once it holds the run's "exit" record: wandb's
+    writer (its own service process) may still be flushing the file when run.finish() has returned,
+    so the file is read again until it is complete, for up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = parse_wandb_records(path)
+        if any(r.HasField("exit") for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def parse_wandb_records(path: Path) -> list:
     """The records of an offline `run-<id>.wandb` file: a 7-byte header, then records in
     LevelDB's log format (32 KiB blocks; each chunk has crc32, length, type) holding protobufs."""
     from wandb.proto import wandb_internal_pb2 as pb
@@ -98,6 +111,8 @@ def read_wandb_records(path: Path) -> list:
         if length == 0 and kind == 0:  # zeros to the end of the block (or of the file)
             pos += left_in_block
             continue
+        if pos + 7 + length > len(data):  # a record still being written
+            break
         chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk  # 1 full, 2 first, 3 middle, 4 last

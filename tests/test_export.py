@@ -52,6 +52,11 @@ def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys):
             assert list(outputs) == ["boxes", "scores", "labels"]
             assert outputs["boxes"][0] == outputs["scores"][0] == outputs["labels"][0] == batch
             assert outputs["boxes"][1:] == [outputs["scores"][1], 4] and isinstance(outputs["scores"][1], int)
+    elif spec.inputs == "pairs":  # the batch, the source's and the target's lengths are dynamic
+        assert list(shapes) == ["src", "src_lengths", "tgt"]
+        (batch, source), (target_batch, target) = shapes["src"], shapes["tgt"]
+        assert all(isinstance(d, str) for d in (batch, source, target)) and source != target
+        assert shapes["src_lengths"] == [batch] and target_batch == batch
     else:  # the batch is dynamic; the length too, with lengths, where the paper reads padded batches
         assert list(shapes) == (["x", "lengths"] if padded else ["x"])
         batch, steps, _ = shapes["x"]
@@ -64,7 +69,7 @@ def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys):
     facts = data.facts(image_size=spec.defaults.get("image_size"))  # a paper built for a larger input reads it resized
     torch.manual_seed(0)
     model = export.randomize(spec.build_for_data("tiny", facts).eval())
-    multiple = export.size_multiple(model, data.preprocess())
+    multiple = export.size_multiple(model, data.preprocess() if data.preprocess else None)
     report = export.check(tmp_path / "model.onnx", model, spec.inputs, facts, multiple, padded, detection)
     assert len(report) == (4 if padded else 2)  # check raises where onnxruntime differs
     assert len({what.split(",")[1] for what, _ in report}) == (2 if padded else 1), "two sizes where they vary"

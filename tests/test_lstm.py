@@ -22,9 +22,9 @@ def random_torch_lstm(num_layers: int, bidirectional: bool) -> nn.LSTM:
     return lstm.eval()
 
 
-def torch_packed(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor):
+def torch_packed(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor, state=None):
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    out, (h_n, c_n) = lstm(packed)
+    out, (h_n, c_n) = lstm(packed, state)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
     return out, (h_n, c_n)
 
@@ -77,6 +77,22 @@ def test_padding_values_change_nothing(bidirectional):
         for b, L in enumerate(LENGTHS.tolist()):
             out_b, (h_b, c_b) = ours(x[b:b + 1, :L])
             assert_close((out_b, (h_b, c_b)), (out[b:b + 1, :L], (h[:, b:b + 1], c[:, b:b + 1])))
+
+
+@pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True), (3, False)])
+def test_an_initial_state_gives_what_nn_lstm_gives(num_layers, bidirectional):
+    """(h_0, c_0), each (D*num_layers, B, H) as nn.LSTM takes them, on full-length and packed batches;
+    a padded step leaves the initial state untouched, so a reversed read starts from it too."""
+    theirs = random_torch_lstm(num_layers, bidirectional)
+    ours = from_torch(theirs)
+    D = 2 if bidirectional else 1
+    x = torch.randn(B, T, INPUT)
+    h_0, c_0 = torch.randn(D * num_layers, B, HIDDEN), torch.randn(D * num_layers, B, HIDDEN)
+    with torch.no_grad():
+        assert_close(ours(x, state=(h_0, c_0)), theirs(x, (h_0, c_0)))
+        assert_close(ours(x, LENGTHS, (h_0, c_0)), torch_packed(theirs, x, LENGTHS, (h_0, c_0)))
+        # and the state matters: zeros give something else
+        assert (ours(x, state=(h_0, c_0))[0] - ours(x)[0]).abs().max() > 1e-3
 
 
 def test_gradients_reach_every_parameter():

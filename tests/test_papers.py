@@ -110,8 +110,8 @@ def fit_loss(task, model, x, y) -> float:
     """The loss on a batch without randomness: in eval mode, or, for detection models (whose loss
     exists in training only), in training mode with the same random draws (sampled anchors and
     proposals, dropout) every time."""
-    if task.kind != "detection":
-        return task.loss(task.forward(model.eval(), x, y), y).item()
+    if task.kind != "detection":  # the model's outputs alone (a seq2seq task would also decode in eval mode)
+        return task.loss(call(model.eval(), x), y).item()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return task.loss(task.forward(model.train(), x, y), y).item()

@@ -41,6 +41,12 @@ def test_schedules_follow_their_definitions():
     assert own[49] == 1.0 and own[50] == pytest.approx(0.4) and own[75] == pytest.approx(0.2)
     with pytest.raises(ValueError, match="2 positive factors, one per milestone"):
         factors("step", milestones="0.5,0.75", gammas="0.4")
+    # Vaswani et al.'s eq. 3 for d_model 512 and 4,000 warmup steps, over the factor's peak lr
+    d, warmup, peak = 512, 4000, 512 ** -0.5 * 4000 ** -0.5
+    noam = factors("noam", warmup_steps=warmup, total=3 * warmup)
+    for step in (1, 100, warmup, 2 * warmup, 3 * warmup):  # the paper counts steps from 1
+        assert noam[step - 1] * peak == pytest.approx(d ** -0.5 * min(step ** -0.5, step * warmup ** -1.5))
+    assert max(noam) == noam[warmup - 1] == pytest.approx(1.0)
 
 
 def test_optimizers_take_the_papers_settings():

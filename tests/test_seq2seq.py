@@ -23,7 +23,8 @@ def test_dates_are_fixed_split_by_date_and_read_back_to_iso():
         day = datetime.date.fromisoformat(target)  # the target is the ISO form of a real date
         assert dates.FIRST <= day <= dates.LAST and source in dates.styles(day)
     source_ids, target_ids = train[0]
-    assert v.decode(source_ids) == train.texts[0][0] and v.decode(target_ids) == train.texts[0][1]
+    text = get_task("seq2seq", dates.facts()).text
+    assert text(source_ids) == train.texts[0][0] and text(target_ids) == train.texts[0][1]
     assert int(target_ids[-1]) == dates.EOS
     styles_seen = {dates.styles(datetime.date.fromisoformat(t)).index(s) for s, t in train.texts[:2000]}
     assert len(styles_seen) == dates.NUM_STYLES  # every style is drawn
@@ -38,6 +39,7 @@ def test_pairs_pad_sources_and_targets_at_the_end():
     assert inputs["src"].tolist() == [[5, 6, 7, 0], [9, 0, 0, 0]] and inputs["src_lengths"].tolist() == [3, 1]
     assert inputs["mask"].tolist() == [[True, True, True, False], [True, False, False, False]]
     assert targets.tolist() == [[8, 2, 0, 0], [10, 11, 12, 2]]
+    assert inputs["tgt"].tolist() == [[1, 8, 2, 0], [1, 10, 11, 12]]  # teacher forcing: <s>, then all but the last
     assert get_dataset("dates").collate(4)(samples)[1].tolist() == targets.tolist()
 
 
@@ -115,9 +117,70 @@ def test_the_seq2seq_task_scores_bleu_as_sacrebleu_and_exact_match_and_perplexit
     nll = nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=dates.PAD)
     assert result["loss"] == pytest.approx(nll.item(), rel=1e-6)
     assert result["perplexity"] == pytest.approx(math.exp(nll.item()), rel=1e-6)
-    # training: teacher forcing reads <s> and the targets but their last; smoothing applies
-    assert task.teacher_input(targets)[:, 0].eq(dates.BOS).all()
-    assert torch.equal(task.teacher_input(targets)[:, 1:], targets[:, :-1])
+    # training: label smoothing applies
     smoothed = nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=dates.PAD,
                                            label_smoothing=0.1)
     assert task.loss(logits, targets).item() == pytest.approx(smoothed.item(), rel=1e-6)
+
+
+# ---------------------------------------------------------------- training, strategies, translating
+
+from common.config import ConfigError, resolve, validate  # noqa: E402
+from common.translate import main as translate_main  # noqa: E402
+from tests.conftest import bitwise_equal, interrupted_copy, load_json, max_difference, torchrun, weights  # noqa: E402
+from train import main  # noqa: E402
+
+FEW_STEPS = ["--max-steps", "6", "--batch-size", "32", "--wandb", "disabled", "--bucketing", "size"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A few steps of the Transformer (tied embeddings) and of RNNsearch (recurrent, attention): in one
+    process, and under torchrun with 2 processes (ddp, fsdp), each ending with an evaluation that decodes."""
+    out = tmp_path_factory.mktemp("seq2seq-runs")
+    for paper in ("transformer", "bahdanau"):  # the Transformer without dropout, whose masks differ by rank
+        flavor = ["--flavor", "tiny-no-dropout"] if paper == "transformer" else []
+        flags = ["--paper", paper, *flavor, *FEW_STEPS, "--results-dir", str(out / "results")]
+        assert main(flags + ["--out", str(out / f"{paper}-single")]) == 0
+        for strategy in ("ddp", "fsdp") if paper == "transformer" else ("fsdp",):
+            torchrun(flags + ["--strategy", strategy, "--out", str(out / f"{paper}-{strategy}")], cwd=out)
+    return out
+
+
+@pytest.mark.parametrize("paper, strategy", [("transformer", "ddp"), ("transformer", "fsdp"), ("bahdanau", "fsdp")])
+def test_two_processes_train_what_one_process_trains_and_decode_in_step(runs, paper, strategy):
+    two, one = runs / f"{paper}-{strategy}", runs / f"{paper}-single"
+    assert max_difference(weights(two), weights(one)) < 1e-5
+    a, b = load_json(two / "result.json"), load_json(one / "result.json")
+    assert a["strategy"] == strategy and a["task"] == "seq2seq" and a["metric"] == "bleu"
+    assert set(a["final_metrics"]) == {"bleu", "exact_match", "loss", "perplexity"}
+    assert a["final_metrics"]["loss"] == pytest.approx(b["final_metrics"]["loss"], rel=1e-4)
+    assert a["final_metrics"]["exact_match"] == pytest.approx(b["final_metrics"]["exact_match"])
+
+
+def test_a_run_resumed_mid_epoch_equals_an_uninterrupted_one(tmp_path):
+    flags = ["--paper", "gru", *FEW_STEPS, "--max-steps", "8", "--ckpt-every", "3", "--keep-ckpts", "5",
+             "--results-dir", str(tmp_path / "results")]
+    assert main(flags + ["--out", str(tmp_path / "run")]) == 0
+    resumed = interrupted_copy(tmp_path / "run", 3, tmp_path / "resumed")
+    assert main(["--resume", str(resumed)]) == 0
+    assert bitwise_equal(weights(resumed), weights(tmp_path / "run"))
+
+
+def test_translate_prints_the_output_draws_the_attention_and_reads_unknown_characters(runs, tmp_path, capsys):
+    run = runs / "bahdanau-single"
+    capsys.readouterr()
+    assert translate_main(["--run", str(run), "Tuesday, 3 March 2015", "3 ž 15", "--attention",
+                           str(tmp_path / "a.png")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Tuesday, 3 March 2015 -> ") and lines[2].startswith("3 ž 15 -> ")  # ž is <unk>
+    assert (tmp_path / "a-0.png").stat().st_size > 1000 and (tmp_path / "a-1.png").is_file()
+    assert translate_main(["--run", str(runs / "transformer-single"), "3/3/15", "--beam", "3"]) == 0
+    assert capsys.readouterr().out.startswith("3/3/15 -> ")  # no attention picture from the Transformer
+
+
+def test_beam_flags_go_with_seq2seq_data_only():
+    cfg = resolve({"paper": "transformer", "beam": 4, "length_penalty": 0.6})
+    validate(cfg)
+    with pytest.raises(ConfigError, match="--beam and --length-penalty decode sequences"):
+        validate(resolve({"paper": "lstm", "beam": 4}))

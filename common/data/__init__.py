@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, shapes, vision
+from common.data import adding, coco, dates, detect, digits, pairs, shapes, vision
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
@@ -120,6 +120,12 @@ DATASETS = {
                     description=f"{dates.TRAIN_SIZE:,} train / {dates.TEST_SIZE:,} test dates written in "
                                 f"{dates.NUM_STYLES} styles (English, French, German, Spanish) -> ISO 8601, "
                                 f"character level; no test date is a training date"),
+        DatasetSpec("pairs", "seq2seq", "pairs", pairs.facts, pairs.load, variable_size=True, collate_fn=pad_pairs,
+                    reads_folder=True,
+                    description=f"sentence pairs from --data-dir: a .txt/.tsv file (or a folder holding one), one "
+                                f"source<TAB>target a line (Tatoeba / Anki), word level, vocabularies of the "
+                                f"words seen {pairs.MIN_FREQ}+ times in training, a fixed "
+                                f"{pairs.TEST_FRACTION:.0%} test split"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
                     preprocess=shapes.preprocessing,
                     description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "

@@ -61,11 +61,12 @@ def pad_sequences(samples: list[tuple[torch.Tensor, object]], pad_multiple: int 
     return {"x": x, "lengths": lengths, "mask": mask}, collate_targets(targets)
 
 
-def pad_pairs(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: int = 1, pad_id: int = 0
-              ) -> tuple[dict, torch.Tensor]:
-    """(source ids (S_i,), target ids (T_i,)) pairs -> ({"src": (B, S), "src_lengths": (B,), "mask": (B, S)},
-    targets (B, T)), both padded at the end with pad_id (targets to their own longest, sources to a
-    multiple of pad_multiple)."""
+def pad_pairs(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: int = 1, pad_id: int = 0,
+              bos_id: int = 1) -> tuple[dict, torch.Tensor]:
+    """(source ids (S_i,), target ids (T_i,)) pairs -> ({"src": (B, S), "src_lengths": (B,), "tgt": (B, T),
+    "mask": (B, S)}, targets (B, T)), padded at the end with pad_id (targets to their own longest,
+    sources to a multiple of pad_multiple). "tgt" is what the decoder reads under teacher forcing:
+    <s> (bos_id) then the targets but their last token, so that position t predicts target t."""
     sources, targets = zip(*samples)
     lengths = torch.tensor([len(s) for s in sources], dtype=torch.long)
     S = round_up(int(lengths.max()), pad_multiple)
@@ -73,7 +74,8 @@ def pad_pairs(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: in
     for i, s in enumerate(sources):
         src[i, :len(s)] = s
     tgt = pad_sequence(list(targets), batch_first=True, padding_value=pad_id)  # (B, T)
-    return {"src": src, "src_lengths": lengths, "mask": torch.arange(S) < lengths[:, None]}, tgt
+    tgt_in = torch.cat([tgt.new_full((len(targets), 1), bos_id), tgt[:, :-1]], dim=1)  # (B, T): shifted right
+    return {"src": src, "src_lengths": lengths, "tgt": tgt_in, "mask": torch.arange(S) < lengths[:, None]}, tgt
 
 
 def to_device(batch, device: torch.device):

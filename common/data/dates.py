@@ -108,16 +108,6 @@ class Vocab:
         """Ids of the characters; <unk> for a character the vocabulary does not hold."""
         return [self.stoi.get(c, UNK) for c in text]
 
-    def decode(self, ids) -> str:
-        """The text of ids up to the first </s>, specials left out."""
-        out = []
-        for i in (int(i) for i in ids):
-            if i == EOS:
-                break
-            if i >= len(SPECIALS):
-                out.append(self.itos[i])
-        return "".join(out)
-
 
 @lru_cache(maxsize=1)
 def vocab() -> Vocab:
@@ -157,7 +147,7 @@ def load(**_) -> tuple[Dates, Dates]:
 
 def facts(**_) -> dict:
     """What a model is built for: one vocabulary for sources and targets (its strings, character level),
-    its padding, start and end ids."""
+    its padding, start and end ids; and the length of every target, where decoding may stop."""
     v = vocab()
     return dict(src_vocab=len(v), tgt_vocab=len(v), pad_id=PAD, bos_id=BOS, eos_id=EOS, itos=list(v.itos),
-                level="char")
+                level="char", max_target_length=len("2015-03-03") + 1)  # every target: an ISO date and </s>

@@ -86,7 +86,8 @@ class LSTMLayer(nn.Module):
         return ((torch.where(valid, h_t, h_prev), torch.where(valid, c_t, c_prev)),
                 torch.where(valid, h_t, torch.zeros_like(h_t)))
 
-    def cells(self, x: torch.Tensor, suffix: str, lengths: torch.Tensor | None, reverse: bool):
+    def cells(self, x: torch.Tensor, suffix: str, lengths: torch.Tensor | None, reverse: bool,
+              state: tuple[torch.Tensor, torch.Tensor] | None = None):
         """Run one direction's cells over time.
 
         Args:
@@ -94,8 +95,9 @@ class LSTMLayer(nn.Module):
             suffix: which direction's weights ("_l{k}" or "_l{k}_reverse").
             lengths: (B,) valid steps of each sequence, or None when all are full length.
             reverse: read time backwards. Steps at or past a sequence's length leave the
-                state untouched (it is still zero when a reversed read reaches the last
-                valid step), so each sequence is read from its own last step to its first.
+                state untouched (it is still the initial state when a reversed read reaches
+                the last valid step), so each sequence is read from its own last step to its first.
+            state: the initial (h_0, c_0), each (B, H); None: zeros.
 
         Returns:
             h: (B, T, H) every step's h_t, zero past each sequence's end; and (h_n, c_n), each
@@ -107,7 +109,8 @@ class LSTMLayer(nn.Module):
         # the input part of all four gates, for all steps at once
         x_flat = rearrange(x, "b t d -> (b t) d")  # (B*T, input)
         x_proj = rearrange(torch.addmm(b, x_flat, W_ih.t()), "(b t) g -> t b g", b=B)  # (T, B, 4H)
-        state = (x.new_zeros(B, self.hidden_size), x.new_zeros(B, self.hidden_size))  # (h_0, c_0)
+        if state is None:
+            state = (x.new_zeros(B, self.hidden_size), x.new_zeros(B, self.hidden_size))  # (h_0, c_0)
         if torch.compiler.is_exporting():  # one graph for every length T: the loop becomes an ONNX Scan
             lengths = torch.full((B,), T, device=x.device) if lengths is None else lengths
             step = partial(self.step, W_hh=W_hh, lengths=lengths)
@@ -118,11 +121,14 @@ class LSTMLayer(nn.Module):
             state, outputs[t] = self.step(state, (x_proj[t], t), W_hh, lengths)
         return torch.stack(outputs, dim=1), state  # (B, T, H), ((B, H), (B, H))
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
-        """(B, T, input) -> output (B, T, D*H), and (h_n, c_n) each (D, B, H) for D directions."""
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None,
+                state: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """(B, T, input) -> output (B, T, D*H), and (h_n, c_n) each (D, B, H) for D directions.
+        `state`: the initial (h_0, c_0), each (D, B, H) as nn.LSTM takes it; None: zeros."""
         outs, h_n, c_n = [], [], []
-        for s in self.suffixes:
-            out, (h, c) = self.cells(x, s, lengths, reverse=s.endswith("_reverse"))
+        for d, s in enumerate(self.suffixes):
+            initial = None if state is None else (state[0][d], state[1][d])  # (B, H) each
+            out, (h, c) = self.cells(x, s, lengths, reverse=s.endswith("_reverse"), state=initial)
             outs.append(out)
             h_n.append(h)
             c_n.append(c)
@@ -150,13 +156,16 @@ class LSTM(nn.Module):
             for k in range(num_layers)
         )
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None,
+                state: tuple[torch.Tensor, torch.Tensor] | None = None):
         """Run the stack.
 
         Args:
             x: (B, T, input_size), padded after each sequence's end.
             lengths: (B,) int64 number of valid steps of each sequence, 1 <= length <= T;
                 None when every sequence is T steps long.
+            state: the initial (h_0, c_0), each (D*num_layers, B, H), ordered as nn.LSTM takes
+                them (and as h_n, c_n come back); None: zeros.
 
         Returns:
             output (B, T, D*H) of the last layer, zero past each sequence's end; and
@@ -165,9 +174,11 @@ class LSTM(nn.Module):
         """
         if lengths is not None:
             lengths = lengths.to(x.device)
+        D = 2 if self.bidirectional else 1
         h_n, c_n = [], []
-        for layer in self.layers:
-            x, (h, c) = layer(x, lengths)  # (B, T, D*H), (D, B, H)
+        for k, layer in enumerate(self.layers):
+            initial = None if state is None else (state[0][k * D:(k + 1) * D], state[1][k * D:(k + 1) * D])
+            x, (h, c) = layer(x, lengths, initial)  # (B, T, D*H), (D, B, H)
             h_n.append(h)
             c_n.append(c)
         return x, (torch.cat(h_n), torch.cat(c_n))

@@ -1,0 +1,217 @@
+"""GRU against torch.nn.GRU (the same weights give the same outputs and final states, on full-length
+batches and on packed variable-length ones, from a given h_0 too), and the RNN Encoder-Decoder's
+decoding protocol and padding."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from papers.gru import PAPER, from_torch
+from papers.gru.model import GRU, EncoderDecoder, GRUClassifier
+
+INPUT, HIDDEN, B, T = 5, 7, 4, 9
+LENGTHS = torch.tensor([6, 9, 1, 4])  # unsorted, one full length, one of a single step
+
+
+def random_torch_gru(num_layers: int, bidirectional: bool) -> nn.GRU:
+    torch.manual_seed(0)
+    gru = nn.GRU(INPUT, HIDDEN, num_layers=num_layers, bidirectional=bidirectional, batch_first=True)
+    with torch.no_grad():  # larger than the default init, so the gates saturate differently and mistakes show
+        for p in gru.parameters():
+            p.normal_(0, 0.5)
+    return gru.eval()
+
+
+def torch_packed(gru: nn.GRU, x: torch.Tensor, lengths: torch.Tensor, h_0: torch.Tensor | None = None):
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, h_n = gru(packed, h_0)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    return out, h_n
+
+
+def assert_close(got, expected, tol=1e-5):
+    (out, h), (out_ref, h_ref) = got, expected
+    assert out.shape == out_ref.shape and h.shape == h_ref.shape
+    assert (out - out_ref).abs().max() < tol and (h - h_ref).abs().max() < tol
+
+
+@pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True)])
+def test_full_length_equals_torch(num_layers, bidirectional):
+    theirs = random_torch_gru(num_layers, bidirectional)
+    ours = from_torch(theirs)
+    x = torch.randn(B, T, INPUT)
+    h_0 = torch.randn(num_layers * (2 if bidirectional else 1), B, HIDDEN)
+    with torch.no_grad():
+        assert_close(ours(x), theirs(x))
+        assert_close(ours(x, torch.full((B,), T)), theirs(x))  # full lengths given explicitly
+        assert_close(ours(x, h_0=h_0), theirs(x, h_0))
+
+
+@pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (1, True), (2, False), (2, True)])
+def test_variable_lengths_equal_packed_torch(num_layers, bidirectional):
+    theirs = random_torch_gru(num_layers, bidirectional)
+    ours = from_torch(theirs)
+    x = torch.randn(B, T, INPUT)
+    h_0 = torch.randn(num_layers * (2 if bidirectional else 1), B, HIDDEN)
+    with torch.no_grad():
+        got = ours(x, LENGTHS)
+        assert_close(got, torch_packed(theirs, x, LENGTHS))
+        assert_close(ours(x, LENGTHS, h_0), torch_packed(theirs, x, LENGTHS, h_0))
+    past_end = torch.arange(T)[None, :] >= LENGTHS[:, None]  # (B, T)
+    assert got[0][past_end].abs().max() == 0  # zeros past the end, as pad_packed_sequence gives
+    # the final state is not simply the last column: the test would miss a wrong mask otherwise
+    assert (got[1][-1] - got[0][:, -1, :HIDDEN]).abs().max() > 1e-3
+
+
+def test_padding_values_change_nothing():
+    ours = from_torch(random_torch_gru(2, True))
+    x = torch.randn(B, T, INPUT)
+    past_end = torch.arange(T)[None, :] >= LENGTHS[:, None]
+    noisy = x.clone()
+    noisy[past_end] = 100 * torch.randn(int(past_end.sum()), INPUT)
+    with torch.no_grad():
+        assert_close(ours(noisy, LENGTHS), ours(x, LENGTHS))
+        out, h = ours(x, LENGTHS)
+        for b, L in enumerate(LENGTHS.tolist()):  # each sequence alone, cut to its length
+            assert_close(ours(x[b:b + 1, :L]), (out[b:b + 1, :L], h[:, b:b + 1]))
+
+
+def test_the_same_seed_gives_nn_grus_initial_weights():
+    torch.manual_seed(7)
+    ours = GRU(INPUT, HIDDEN, 2, True)
+    torch.manual_seed(7)
+    expected = from_torch(nn.GRU(INPUT, HIDDEN, num_layers=2, bidirectional=True, batch_first=True)).state_dict()
+    assert ours.state_dict().keys() == expected.keys()
+    assert all(torch.equal(v, expected[k]) for k, v in ours.state_dict().items())
+
+
+def test_from_torch_rejects_what_ours_has_not():
+    with pytest.raises(ValueError, match="bias=False"):
+        from_torch(nn.GRU(3, 4, bias=False, batch_first=True))
+    with pytest.raises(ValueError, match="batch_first"):
+        from_torch(nn.GRU(3, 4))
+
+
+# ------------------------------------------------------------------ the RNN Encoder-Decoder
+
+SRC = torch.tensor([[5, 6, 7, 8, 9, 0, 0], [4, 4, 0, 0, 0, 0, 0], [9, 8, 7, 6, 5, 4, 3], [3, 0, 0, 0, 0, 0, 0]])
+SRC_LENGTHS = torch.tensor([5, 2, 7, 1])  # S = 7 = max, first row not the longest
+TGT = torch.tensor([[1, 5, 6, 7, 0], [1, 8, 0, 0, 0], [1, 4, 5, 6, 7], [1, 9, 9, 0, 0]])  # <s> then targets
+TGT_LENGTHS = [4, 2, 5, 3]
+
+
+def small_model() -> EncoderDecoder:
+    torch.manual_seed(0)
+    model = EncoderDecoder(src_vocab=12, tgt_vocab=11, embed_dim=6, hidden_size=8, maxout_units=5, output_rank=3)
+    with torch.no_grad():  # larger than the paper's N(0, 0.01), so that differences show
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model.eval()
+
+
+def test_decode_steps_give_forward_logits():
+    model = small_model()
+    with torch.no_grad():
+        logits = model(SRC, SRC_LENGTHS, TGT)  # (B, T, V)
+        memory, state, steps = model.encode(SRC, SRC_LENGTHS), None, []
+        for t in range(TGT.shape[1]):
+            step_logits, state = model.decode_step(memory, TGT[:, t], state)
+            steps.append(step_logits)
+    assert logits.shape == (4, 5, 11)
+    assert (torch.stack(steps, dim=1) - logits).abs().max() < 1e-5
+
+
+def test_each_pair_alone_gives_its_own_c_and_logits():
+    model = small_model()
+    with torch.no_grad():
+        c = model.encode(SRC, SRC_LENGTHS)["c"]  # (B, H)
+        logits = model(SRC, SRC_LENGTHS, TGT)
+        noisy = SRC.masked_fill(torch.arange(7)[None] >= SRC_LENGTHS[:, None], 11)  # other ids in the padding
+        assert (model.encode(noisy, SRC_LENGTHS)["c"] - c).abs().max() == 0
+        for b, (S, T_b) in enumerate(zip(SRC_LENGTHS.tolist(), TGT_LENGTHS)):
+            alone = model(SRC[b:b + 1, :S], SRC_LENGTHS[b:b + 1], TGT[b:b + 1, :T_b])
+            assert (model.encode(SRC[b:b + 1, :S], SRC_LENGTHS[b:b + 1])["c"] - c[b]).abs().max() < 1e-5
+            assert (alone[0] - logits[b, :T_b]).abs().max() < 1e-5
+    assert (c[0] - c[1]).abs().max() > 1e-3  # sources differ, so do their summaries
+
+
+def test_decoder_reads_c_at_every_step_and_the_maxout_pairs():
+    model = small_model()
+    with torch.no_grad():
+        c = model.encode(SRC, SRC_LENGTHS)["c"]
+        # the decoder's input weights hold [W'_*, C_*]: a change of c alone changes every step's gates
+        assert model.decoder.layers[0].weight_ih_l0.shape == (3 * 8, 6 + 8)
+        h, e, c1 = torch.randn(2, 8), torch.randn(2, 6), torch.randn(2, 8)
+        s_prime = model.O_h(h) + model.O_y(e) + model.O_c(c1)  # (2, 2M)
+        s = torch.maximum(s_prime[:, 0::2], s_prime[:, 1::2])  # s^<i> = max(s'^<2i-1>, s'^<2i>)
+        assert (model.readout(h, e, c1) - model.G(s)).abs().max() < 1e-6
+    assert c.shape == (4, 8) and c.abs().max() < 1  # c = tanh(V h_N)
+
+
+def test_paper_initialisation():
+    torch.manual_seed(0)
+    model = EncoderDecoder(src_vocab=50, tgt_vocab=40, embed_dim=16, hidden_size=32, maxout_units=8)
+    U = model.encoder.layers[0].weight_hh_l0.detach()  # (3H, H): U_r, U_z, U
+    for block in U.chunk(3):
+        assert (block @ block.T - torch.eye(32)).abs().max() < 1e-4  # orthogonal
+    assert abs(model.e_x.weight.std().item() - 0.01) < 2e-3
+    assert abs(model.decoder.layers[0].weight_ih_l0.std().item() - 0.01) < 2e-3
+
+
+def test_flavors_build():
+    from common.data import dates
+
+    assert next(iter(PAPER.flavors)) == "tiny"
+    model = PAPER.build_for_data("tiny", dates.facts()).eval()
+    src, lengths, tgt = torch.randint(4, 60, (3, 10)), torch.tensor([10, 4, 7]), torch.randint(4, 60, (3, 6))
+    with torch.no_grad():
+        assert model(src, lengths, tgt).shape == (3, 6, dates.facts()["tgt_vocab"])
+    with torch.device("meta"):
+        paper = PAPER.build("paper")
+    # embeddings 2 x 1.5M, encoder GRU 3*1000*(100+1000)+6000, V and V' 1,001,000 each, decoder GRU
+    # 3*1000*(1100+1000)+6000, O_h, O_y, O_c, G_r (500 x 100) and G_l (100 x 15,000, bias)
+    assert sum(p.numel() for p in paper.parameters()) == 18_280_000
+
+
+def test_classifier_learns_digits_read_row_by_row():
+    from common.data import get_dataset
+
+    train, _ = get_dataset("digits-rows").read()
+    torch.manual_seed(0)
+    x, y = zip(*(train[i] for i in range(64)))
+    x, y = torch.stack(x).float(), torch.stack([torch.as_tensor(v) for v in y])
+    assert x.shape == (64, 8, 8)
+    model = GRUClassifier(8, 10, 32)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    lengths = torch.tensor([8, 3, 5])  # and padded, the head reads each sequence's own last state
+    with torch.no_grad():
+        padded = model(x[:3], lengths)
+        for b, L in enumerate(lengths.tolist()):
+            assert (model(x[b:b + 1, :L]) - padded[b]).abs().max() < 1e-5
+
+
+def test_the_classifier_flavor_trains_on_digits_rows_beside_the_lstm(tmp_path):
+    """`--flavor classifier` is the GRU as a sequence classifier: its own data set, task and defaults."""
+    from common.config import resolve, validate
+    from train import main
+
+    cfg = resolve({"paper": "gru", "flavor": "classifier"})
+    assert (cfg.dataset, cfg.lr, cfg.epochs) == ("digits-rows", 1e-2, 30)
+    validate(cfg)
+    assert isinstance(PAPER.build("classifier"), GRUClassifier)
+    assert main(["--paper", "gru", "--flavor", "classifier", "--max-steps", "3", "--wandb", "disabled",
+                 "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path / "results")]) == 0
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert (result["task"], result["dataset"], result["steps"]) == ("classification", "digits-rows", 3)
