@@ -165,3 +165,17 @@ def test_a_path_without_one_pairs_file_is_one_error(where, words, tmp_path):
         get_dataset("pairs").read(data_dir=where and str(tmp_path / where))
     message = str(error.value)
     assert len(message.splitlines()) == 1 and all(word in message for word in words), message
+
+
+def test_train_py_reports_a_bad_file_in_one_line_and_trains_on_a_good_one(tmp_path, capsys):
+    from train import main
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes((LINES + "Coffee.\tUn café.\n").encode("latin-1"))
+    flags = ["--paper", "bahdanau", "--dataset", "pairs", "--wandb", "disabled", "--results-dir", str(tmp_path / "r")]
+    assert main(flags + ["--data-dir", str(bad), "--out", str(tmp_path / "bad-run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "line 3 is not UTF-8 text" in err[0], err
+    write(tmp_path / "fra.txt")
+    assert main(flags + ["--data-dir", str(tmp_path / "fra.txt"), "--max-steps", "2", "--batch-size", "8",
+                         "--out", str(tmp_path / "run")]) == 0

@@ -94,7 +94,13 @@ def test_beam_search_and_greedy_run_on_it_and_a_beam_of_one_is_greedy():
 
 
 def test_every_parameter_starts_uniform_in_plus_minus_0_08():
-    model = PAPER.build("tiny")  # Section 3.4: embeddings, LSTMs and softmax alike
+    model = PAPER.build("tiny-paper-init")  # Section 3.4: embeddings, LSTMs and softmax alike, as the paper flavor
+    tiny = PAPER.build("tiny")  # the same, but for its embeddings (N(0, 1): see the model's embed_std)
+    for name, p in tiny.named_parameters():
+        if "embed" in name:
+            assert abs(p.std().item() - 1) < 0.05, name
+        else:
+            assert p.abs().max() <= 0.08, name
     for name, p in model.named_parameters():
         assert p.abs().max() <= 0.08 and p.abs().max() > 0.07, name
         if p.numel() > 1000:  # spread over the interval: a uniform's standard deviation is 0.08 / sqrt(3)

@@ -15,7 +15,7 @@ PAPER = PaperSpec(
     flavors=FLAVORS,
     inputs="pairs",
     task="seq2seq",
-    defaults=dict(dataset="dates", epochs=6, batch_size=64, lr=3e-3, optimizer="adamw", weight_decay=0.0,
+    defaults=dict(dataset="dates", epochs=12, batch_size=64, lr=3e-3, optimizer="adamw", weight_decay=0.0,
                   warmup_steps=100, clip_grad=5.0, bucketing="size"),
     # Section 3.4: plain SGD (no momentum) at a fixed 0.7, halved every half epoch after the 5th, 7.5 epochs,
     # batches of 128 sentences of roughly one length, the gradient's norm scaled down to 5 when above it
