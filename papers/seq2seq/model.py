@@ -135,7 +135,8 @@ class Seq2Seq(nn.Module):
         return self.W_out(s[:, 0]), {"h": rearrange(h, "l b h -> b l h"), "c": rearrange(c, "l b h -> b l h")}
 
 
-# tiny: the repo's CPU flavor for the dates data set (character level); its vocabularies come from the data.
+# tiny: the repo's CPU flavor for the dates data set (character level); its vocabularies come from the data;
+#   its embeddings start from N(0, 1), everything else as the paper (embed_std above).
 # tiny-forward: tiny reading each source in its own order, the "forward LSTM" of Section 3.3 and Table 1.
 # paper: Section 3.4, 4 layers of 1000 cells, 1000-dim embeddings, 160,000 source and 80,000 target words;
 #   384,144,000 parameters ("384M"): embeddings 160M + 80M, two LSTMs of 4 * (4*1000*(1000+1000) + 2*4000)

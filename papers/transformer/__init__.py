@@ -112,7 +112,8 @@ PAPER = PaperSpec(
     inputs="pairs",
     task="seq2seq",
     defaults=dict(dataset="dates", epochs=10, batch_size=64, lr=1e-3, schedule="cosine", warmup_steps=300,
-                  label_smoothing=0.1, clip_grad=1.0, weight_decay=0.0, bucketing="size"),
+                  label_smoothing=0.1, clip_grad=1.0, weight_decay=0.0, bucketing="size",
+                  length_penalty=0.6),  # Section 6.1: beam search (--beam 4) with alpha = 0.6
     reference="torch.nn.Transformer (batch_first=True, post-norm, without the final LayerNorms of its stacks); "
               "the parameter counts of Table 3",
     data_kwargs=("src_vocab", "tgt_vocab", "pad_id"),
