@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torchmetrics import MeanMetric, MeanSquaredError, Metric, MetricCollection
+from torchmetrics import MeanMetric, MeanSquaredError, Metric, MetricCollection, SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 
@@ -269,6 +269,46 @@ class Seq2Seq(Task):
                 f"perplexity {metrics['perplexity']:.4g}")
 
 
+class LanguageModeling(Task):
+    """Next-token prediction: inputs (B, T) token ids, targets (B, T) the same block shifted by one.
+
+    The model gives logits (B, T, V); training minimises their cross-entropy. Evaluation reports the
+    loss per token, its perplexity, and bits per character, which compares tokenizers: the summed
+    negative log-likelihood in bits over the characters the target tokens stand for (one each at
+    character level; `token_chars`, a list of each id's length, where the facts give it), ranked
+    lower is better. Metrics are sums gathered from every rank.
+    """
+
+    kind = "language-modeling"
+    metric = "bits_per_char"
+    higher_is_better = False
+    REPORTED = ("bits_per_char", "loss", "perplexity")
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), label_smoothing=self.label_smoothing)
+
+    def metrics(self) -> dict[str, Metric]:
+        return {"nll": SumMetric().set_dtype(torch.float64), "tokens": SumMetric().set_dtype(torch.float64),
+                "chars": SumMetric().set_dtype(torch.float64)}
+
+    def update(self, metrics: MetricCollection, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
+        metrics["nll"].update(nll.double())
+        metrics["tokens"].update(float(targets.numel()))
+        chars = self.facts.get("token_chars")
+        metrics["chars"].update(float(targets.numel()) if chars is None else
+                                torch.as_tensor(chars, dtype=torch.float64, device=targets.device)[targets].sum())
+
+    def compute(self, metrics: MetricCollection) -> dict[str, float]:
+        values = {k: float(v) for k, v in metrics.compute().items()}
+        loss = values["nll"] / values["tokens"]
+        return {"bits_per_char": values["nll"] / math.log(2) / values["chars"], "loss": loss,
+                "perplexity": math.exp(loss)}
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        return f"test bits per character {metrics['bits_per_char']:.4g}, perplexity {metrics['perplexity']:.4g}"
+
+
 def gathered_mean_average_precision() -> Metric:
     """torchmetrics' MeanAveragePrecision (COCO's bbox evaluation by faster_coco_eval) whose per-image
     states come from every rank in one all_gather_object. Its own synchronisation gathers each image's
@@ -288,7 +328,7 @@ def gathered_mean_average_precision() -> Metric:
     return GatheredMeanAveragePrecision(box_format="xyxy", iou_type="bbox", backend="faster_coco_eval")
 
 
-TASKS = {task.kind: task for task in (Classification, Regression, Detection, Seq2Seq)}
+TASKS = {task.kind: task for task in (Classification, Regression, Detection, Seq2Seq, LanguageModeling)}
 
 
 def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0, **options) -> Task:

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, pairs, shapes, vision
+from common.data import adding, coco, dates, detect, digits, pairs, shapes, text, vision
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
@@ -31,8 +31,9 @@ class DatasetSpec:
     Args:
         name: the --dataset value.
         task: the task kind it is scored with (see common.tasks).
-        inputs: what a sample is: "image" (C, H, W), "sequence" (T, F), or "pairs" (a source and a
-            target sequence of token ids, (S,) and (T,)).
+        inputs: what a sample is: "image" (C, H, W), "sequence" (T, F), "pairs" (a source and a
+            target sequence of token ids, (S,) and (T,)), or "tokens" (a block of token ids (T,), its
+            target the block shifted by one).
         facts: (data_dir, image_size) -> what the model is built for: num_classes (the
             outputs of its head: classes, or 1 for a scalar target), and in_chans and
             img_size for images, input_size (and seq_len where every sequence has
@@ -126,6 +127,9 @@ DATASETS = {
                                 f"source<TAB>target a line (Tatoeba / Anki), word level, vocabularies of the "
                                 f"words seen {pairs.MIN_FREQ}+ times in training, a fixed "
                                 f"{pairs.TEST_FRACTION:.0%} test split"),
+        DatasetSpec("pydoc", "language-modeling", "tokens", text.facts, text.load,
+                    description="the Python documentation topics pydoc_data ships (about 465,000 characters of "
+                                "English), character level, in blocks of 128; the last topics by name (10%) for test"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
                     preprocess=shapes.preprocessing,
                     description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "
