@@ -56,6 +56,7 @@ class TrainConfig:
     gammas: str | None = None  # step schedule: one factor per milestone instead of gamma, e.g. "0.4,0.5"
     augment: str = "none"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment)
     label_smoothing: float = 0.0
+    block_size: int | None = None  # language modeling: tokens a sample reads (None: the data set's, 128 for pydoc)
     beam: int = 1  # seq2seq evaluation: beam search of this width; 1 decodes greedily
     length_penalty: float = 0.0  # beam search ranks by log p / ((5 + |Y|) / 6)^this (Wu et al.); 0: log p alone
     seed: int = 0
@@ -185,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gammas", help="step: one factor per milestone, e.g. 0.4,0.5 (instead of one gamma)")
     p.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
     p.add_argument("--label-smoothing", type=non_negative_float)
+    p.add_argument("--block-size", type=positive_int, help="language modeling: tokens a sample reads (default 128)")
     p.add_argument("--beam", type=positive_int, help="seq2seq: evaluate by beam search of this width (default 1: greedy)")
     p.add_argument("--length-penalty", type=non_negative_float,
                    help="beam search: rank by log p / ((5 + length) / 6)^ALPHA (the Transformer's 0.6; default 0)")
@@ -341,6 +343,11 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"label_smoothing must be below 1, got {cfg.label_smoothing}")
     if (cfg.beam != 1 or cfg.length_penalty) and data.task != "seq2seq":
         raise ConfigError(f"--beam and --length-penalty decode sequences; {data.name} is a {data.task} data set")
+    if cfg.block_size is not None and data.inputs != "tokens":
+        raise ConfigError(f"--block-size cuts text into samples; {data.name} has {data.inputs} inputs")
+    positions = spec.flavors.get(cfg.flavor, {}).get("block_size")  # a language model's learned positions
+    if cfg.block_size is not None and positions is not None and cfg.block_size > positions:
+        raise ConfigError(f"--block-size {cfg.block_size} exceeds the {positions} positions of {spec.name} {cfg.flavor}")
     if cfg.beam < 1 or cfg.length_penalty < 0:
         raise ConfigError(f"beam must be >= 1 and length_penalty >= 0, got {cfg.beam} and {cfg.length_penalty}")
     if cfg.momentum < 0 or cfg.gamma <= 0:

@@ -72,7 +72,7 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
     data = get_dataset(cfg.dataset)
     facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
     task = get_task(data.task, facts)
-    _, test_set = data.read(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    _, test_set = data.read(data_dir=cfg.data_dir, image_size=cfg.image_size, block_size=cfg.block_size)
     loader = eval_loader(test_set, batch_size, rank=0, world_size=1,
                          collate=data.collate(cfg.pad_multiple, image_size=cfg.image_size))
     metrics = task.build_metrics(torch.device("cpu"))

@@ -135,6 +135,9 @@ def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, see
             mask[i, :h, :w] = True
         images = torch.rand(batch, facts["in_chans"], H, W, generator=g) * mask[:, None]
         return {"images": images, "mask": mask}
+    if kind == "tokens":  # a block of token ids, its length dynamic in the graph (about 1.5x with larger)
+        T = 3 * EXAMPLE_STEPS // 2 if larger else EXAMPLE_STEPS
+        return {"idx": torch.randint(0, facts["vocab_size"], (batch, T), generator=g)}
     if kind == "pairs":  # source ids of lengths 1 to S (the first full length), and a teacher-forced target
         S, T = grow(EXAMPLE_STEPS), grow(EXAMPLE_STEPS) - 1
         lengths = torch.randint(1, S + 1, (batch,), generator=g)
@@ -158,6 +161,8 @@ def dynamic_shapes(kind: str, multiple: int, padded: bool = True, detection: boo
     """The batch axis, and where the model reads padded batches, the sides (of the mask too, for
     detection) or the length."""
     batch = Dim("batch", min=1, max=1 << 16)
+    if kind == "tokens":  # a language model reads any length up to its positions
+        return {"idx": {0: batch, 1: Dim("steps", min=1, max=1 << 16)}}
     if not padded:
         return {"images" if kind == "image" else "x": {0: batch}, **({"mask": {0: batch}} if detection else {})}
     if kind == "image":
@@ -225,7 +230,7 @@ def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 
     output's largest magnitude where that exceeds 1 (integer outputs, such as labels, must be equal)."""
     ort_session, module, report, failed = session(path), graph(model.eval(), detection), [], False
     for batch in (1, 5):
-        for larger in (False, True) if padded else (False,):
+        for larger in (False, True) if padded or kind == "tokens" else (False,):
             inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger, padded=padded,
                              detection=detection)
             expected = module(*inputs.values())
@@ -234,7 +239,9 @@ def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 
             diffs = ([difference(g, e) for g, e in zip(got, expected)] if len(got) == len(expected)
                      else [(math.inf, 0.0)])
             failed |= any(d > allowed for d, allowed in diffs)
-            if kind == "pairs":
+            if kind == "tokens":
+                shape = f"T={inputs['idx'].shape[1]}"
+            elif kind == "pairs":
                 shape = f"S={inputs['src'].shape[1]}, T={inputs['tgt'].shape[1]}, lengths {inputs['src_lengths'].tolist()}"
             elif kind != "image":
                 shape = f"T={inputs['x'].shape[1]}" + (f", lengths {inputs['lengths'].tolist()}" if padded else "")

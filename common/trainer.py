@@ -173,7 +173,7 @@ class Trainer:
         """The data sets, the global and per-device batch, the loaders, the run's length, and the
         FLOPs of a step (for MFU)."""
         cfg, env, data = self.cfg, self.env, self.data
-        self.train_set, self.test_set = data.read(cfg.data_dir, cfg.image_size)  # ConfigError if unreadable
+        self.train_set, self.test_set = data.read(cfg.data_dir, cfg.image_size, cfg.block_size)  # ConfigError if unreadable
         transform = augment.transform(cfg.augment, self.facts.get("img_size", 0), self.train_set)
         if transform is not None:  # training images only
             self.train_set = augment.Augmented(self.train_set, transform)

@@ -58,3 +58,13 @@ def test_the_task_reports_bits_per_character_loss_and_perplexity():
         F.cross_entropy(batches[0][0].flatten(0, 1), batches[0][1].flatten()).item() / math.log(2) / 3, rel=1e-6)
     assert task.loss(*batches[0]).item() == pytest.approx(
         F.cross_entropy(batches[0][0].flatten(0, 1), batches[0][1].flatten()).item(), rel=1e-6)
+
+
+def test_block_size_cuts_the_text_and_goes_with_token_data_only():
+    from common.config import resolve, validate
+    from common.errors import ConfigError
+
+    train, test = get_dataset("pydoc").read(block_size=64)
+    assert train[0][0].shape == (64,) and len(train) == (len(text.corpus()[0]) - 1) // 64
+    with pytest.raises(ConfigError, match="--block-size cuts text into samples; digits-rows has sequence inputs"):
+        validate(resolve({"paper": "lstm", "block_size": 64}))

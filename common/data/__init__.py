@@ -69,14 +69,16 @@ class DatasetSpec:
     reads_folder: bool = False
     fetch: Callable[[str], None] | None = None
 
-    def read(self, data_dir: str | None = None, image_size: int | None = None) -> tuple[Dataset, Dataset]:
+    def read(self, data_dir: str | None = None, image_size: int | None = None, block_size: int | None = None
+             ) -> tuple[Dataset, Dataset]:
         """The (train, test) datasets. For data read from the user's folder, any failure to read it
         (files missing, corrupted, of another format) is one ConfigError naming the folder and what
         is wrong."""
+        sizes = dict(image_size=image_size) | ({"block_size": block_size} if block_size else {})
         if not self.reads_folder:
-            return self.load(data_dir=data_dir, image_size=image_size)
+            return self.load(data_dir=data_dir, **sizes)
         try:
-            return self.load(data_dir=data_dir, image_size=image_size)
+            return self.load(data_dir=data_dir, **sizes)
         except ConfigError:
             raise
         except Exception as e:  # torchvision's readers raise many kinds: RuntimeError, OSError, pickle's ...
