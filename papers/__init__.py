@@ -114,7 +114,7 @@ class PaperSpec:
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
 # The CNN lineage first, in the order a study group reads it, and detection on a CNN (Faster R-CNN,
 # then DETR's Transformer on a ResNet); then attention for images and recurrence for sequences, and
-# translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al., the Transformer).
+# translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al., the Transformer), then GPT.
 PAPER_FOLDERS = (
     "lenet",
     "alexnet",
@@ -131,6 +131,7 @@ PAPER_FOLDERS = (
     "seq2seq",
     "bahdanau",
     "transformer",
+    "gpt",
 )
 
 

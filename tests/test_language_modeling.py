@@ -68,3 +68,17 @@ def test_block_size_cuts_the_text_and_goes_with_token_data_only():
     assert train[0][0].shape == (64,) and len(train) == (len(text.corpus()[0]) - 1) // 64
     with pytest.raises(ConfigError, match="--block-size cuts text into samples; digits-rows has sequence inputs"):
         validate(resolve({"paper": "lstm", "block_size": 64}))
+
+
+def test_generation_with_the_cache_gives_the_tokens_of_generation_without_it_and_a_seed_repeats():
+    from common.generate import generate
+    from papers import get_paper
+
+    torch.manual_seed(0)
+    model = get_paper("gpt").build("tiny", vocab_size=50, block_size=16).eval()
+    prompt = [3, 7, 7, 1]
+    cached = generate(model, prompt, 30, temperature=0.9, top_k=10, seed=1)  # past the 16 positions too
+    assert cached == generate(model, prompt, 30, temperature=0.9, top_k=10, seed=1, cache=False)
+    assert cached == generate(model, prompt, 30, temperature=0.9, top_k=10, seed=1)
+    assert cached != generate(model, prompt, 30, temperature=0.9, top_k=10, seed=2)
+    assert all(0 <= t < 50 for t in cached) and len(cached) == 30

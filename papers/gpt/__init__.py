@@ -1,0 +1,79 @@
+"""GPT (Radford et al., 2018) and GPT-2 (Radford et al., 2019): the spec, and weight loading from
+Hugging Face's GPT2LMHeadModel."""
+
+import torch
+import torch.nn as nn
+
+from papers import PaperSpec
+from papers.gpt.model import FLAVORS, GPT
+
+__all__ = ["GPT", "PAPER", "from_hf"]
+
+
+def from_hf(hf_model: nn.Module) -> GPT:
+    """Our GPT-2 flavor (pre-norm, final norm, tied embeddings) holding a transformers.GPT2LMHeadModel's
+    weights; in eval mode the two give the same logits.
+
+    Hugging Face's Conv1D keeps its weight as (in, out), the transpose of nn.Linear's; c_attn's columns are
+    W_q, W_k, W_v in that order, as our W_qkv's rows. The dropout rate is taken from resid_pdrop (ours has
+    one rate for embeddings, attention weights and sub-blocks).
+
+    Args:
+        hf_model: a GPT2LMHeadModel whose lm_head is tied to wte (tie_word_embeddings=True), with
+            activation_function "gelu_new" (ours: "gelu", the tanh approximation) or "gelu", and no
+            scaled or reordered attention (scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
+            reorder_and_upcast_attn=False).
+    """
+    c = hf_model.config
+    activation = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact", "relu": "relu"}
+    if c.activation_function not in activation:
+        raise ValueError(f"activation_function '{c.activation_function}' has no counterpart here; "
+                         f"ours has {', '.join(activation)}")
+    if not getattr(c, "tie_word_embeddings", True) or hf_model.lm_head.weight is not hf_model.transformer.wte.weight:
+        raise ValueError("this GPT2LMHeadModel's lm_head is not tied to wte; ours ties them (tie_word_embeddings=True)")
+    if not c.scale_attn_weights or c.scale_attn_by_inverse_layer_idx or c.reorder_and_upcast_attn:
+        raise ValueError("ours scales attention by 1/sqrt(d/h) only: build GPT2Config with scale_attn_weights=True, "
+                         "scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False")
+    w = hf_model.transformer.wte.weight
+    model = GPT(vocab_size=c.vocab_size, block_size=c.n_positions, n_layer=c.n_layer, n_head=c.n_head,
+                n_embd=c.n_embd, dropout=c.resid_pdrop, activation=activation[c.activation_function]).to(
+        device=w.device, dtype=w.dtype)
+    for m in model.modules():
+        if isinstance(m, nn.LayerNorm):
+            m.eps = c.layer_norm_epsilon
+
+    theirs = hf_model.transformer.state_dict()
+    state = {"W_e.weight": theirs["wte.weight"], "W_p.weight": theirs["wpe.weight"],
+             "norm.weight": theirs["ln_f.weight"], "norm.bias": theirs["ln_f.bias"]}
+    for i in range(c.n_layer):
+        for ours, their, conv in (("attn.W_qkv", "attn.c_attn", True), ("attn.W_o", "attn.c_proj", True),
+                                  ("mlp.W_1", "mlp.c_fc", True), ("mlp.W_2", "mlp.c_proj", True),
+                                  ("norm1", "ln_1", False), ("norm2", "ln_2", False)):
+            W = theirs[f"h.{i}.{their}.weight"]
+            state[f"blocks.{i}.{ours}.weight"] = W.t() if conv else W  # Conv1D (in, out) -> Linear (out, in)
+            state[f"blocks.{i}.{ours}.bias"] = theirs[f"h.{i}.{their}.bias"]
+    with torch.no_grad():
+        model.load_state_dict(state, strict=True)
+    return model
+
+
+PAPER = PaperSpec(
+    name="gpt",
+    family="transformer",
+    title="Improving Language Understanding by Generative Pre-Training; "
+          "Language Models are Unsupervised Multitask Learners (GPT-2)",
+    authors="Radford, Narasimhan, Salimans, Sutskever; Radford, Wu, Child, Luan, Amodei, Sutskever",
+    year=2018,
+    url="https://cdn.openai.com/research-covers/language-unsupervised/language_understanding_paper.pdf",
+    model=GPT,
+    flavors=FLAVORS,
+    inputs="tokens",
+    task="language-modeling",
+    defaults=dict(dataset="pydoc", epochs=20, batch_size=64, lr=2e-3, warmup_steps=100, weight_decay=0.1,
+                  clip_grad=1.0),
+    reference="transformers.GPT2LMHeadModel (the same logits from the same weights, `from_hf`; "
+              "the same parameter counts for GPT-2's four sizes)",
+    data_kwargs=("vocab_size",),
+    shard_blocks="blocks",
+    padded_batches=False,
+)
