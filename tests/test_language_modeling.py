@@ -82,3 +82,20 @@ def test_generation_with_the_cache_gives_the_tokens_of_generation_without_it_and
     assert cached == generate(model, prompt, 30, temperature=0.9, top_k=10, seed=1)
     assert cached != generate(model, prompt, 30, temperature=0.9, top_k=10, seed=2)
     assert all(0 <= t < 50 for t in cached) and len(cached) == 30
+
+
+def test_gpt_under_ddp_and_fsdp_trains_what_one_process_trains_and_resumes_bitwise(tmp_path):
+    from tests.conftest import bitwise_equal, interrupted_copy, load_json, max_difference, torchrun, weights
+    from train import main
+
+    flags = ["--paper", "gpt", "--max-steps", "6", "--batch-size", "16", "--block-size", "64", "--ckpt-every", "3",
+             "--keep-ckpts", "5", "--wandb", "disabled", "--results-dir", str(tmp_path / "results")]
+    assert main(flags + ["--out", str(tmp_path / "single")]) == 0
+    for strategy in ("ddp", "fsdp"):
+        torchrun(flags + ["--strategy", strategy, "--out", str(tmp_path / strategy)], cwd=tmp_path)
+        assert max_difference(weights(tmp_path / strategy), weights(tmp_path / "single")) < 1e-5, strategy
+        two, one = (load_json(tmp_path / r / "result.json") for r in (strategy, "single"))
+        assert two["final"] == pytest.approx(one["final"], rel=1e-5) and two["metric"] == "bits_per_char"
+    resumed = interrupted_copy(tmp_path / "single", 3, tmp_path / "resumed")
+    assert main(["--resume", str(resumed)]) == 0
+    assert bitwise_equal(weights(resumed), weights(tmp_path / "single"))
