@@ -6,7 +6,7 @@ Each row times A and B alternately (A, B, A, B, ...) after a warm-up, and report
 the median of the per-repeat ratios, so that a noisy machine slows both alike.
 Rows:
     a  the trainer against a bare PyTorch loop (same model, data, batch, optimizer): steps/s
-    b  our models against timm and torchvision at the same configuration: forward+backward time
+    b  our models against timm, torchvision and transformers at the same configuration: forward+backward time
     c  our LSTM against torch.nn.LSTM, eager and compiled: forward+backward time
     d  compiled against eager training, each paper's tiny flavor and a larger one: samples/s
     e  bf16 autocast against fp32 training on this device: samples/s
@@ -198,6 +198,8 @@ def row_a(args, device) -> list[dict]:
 
 def _total(out) -> torch.Tensor:
     """One scalar of every output a model gives in training (auxiliary classifiers' too), to backpropagate."""
+    if getattr(out, "logits", None) is not None:  # transformers' ModelOutput (a dict, without "aux")
+        return out.logits.sum()
     if isinstance(out, dict):  # ours: {"logits": ..., "aux": [(logits, weight), ...]}
         return out["logits"].sum() + sum(a.sum() for a, _ in out["aux"])
     if isinstance(out, tuple):  # torchvision's GoogLeNetOutputs
@@ -207,23 +209,33 @@ def _total(out) -> torch.Tensor:
 
 def row_b(args, device) -> list[dict]:
     """Forward+backward time of our models against the reference implementations (each paper's
-    PaperSpec.reference_models: timm, torchvision), same configuration and weights."""
+    PaperSpec.reference_models: timm, torchvision, transformers), same configuration and weights."""
+    from functools import partial
+
     from common.pretrained import SOURCES, parse_init
 
     out = []
     for name in args.papers:
         spec = get_paper(name)
         for ref in spec.reference_models[: 1 if args.quick else None]:
-            source, arch, _ = parse_init(ref.ref)
+            if ref.build is None:  # an --init source
+                source, arch, _ = parse_init(ref.ref)
+            else:  # one that only the bench builds ("transformers:GPT2LMHeadModel")
+                source, arch = ref.ref.split(":", 1)
+            build = ref.build or partial(SOURCES[source], arch, pretrained=False)
             torch.manual_seed(0)
-            theirs = SOURCES[source](arch, pretrained=False, **ref.kwargs)
-            ours = spec.pretrained[source](theirs)
+            theirs = build(**ref.kwargs)
+            ours = (ref.load or spec.pretrained[source])(theirs)
             ours, theirs = ours.to(device).train(), theirs.to(device).train()
-            x = torch.randn(*ref.shape, device=device)
+            if spec.inputs == "tokens":  # (B, T) token ids
+                x = torch.randint(ours.vocab_size, ref.shape, device=device)
+                size = f"{ref.shape[1]} tokens"
+            else:
+                x = torch.randn(*ref.shape, device=device)
+                size = "x".join(map(str, ref.shape[2:]))
             o, r, ratio = alternate(lambda: seconds(lambda: _total(ours(x)).backward(), args.iters, device),
                                     lambda: seconds(lambda: _total(theirs(x)).backward(), args.iters, device),
                                     args.repeats)
-            size = "x".join(map(str, ref.shape[2:]))
             out.append(row("b", f"{name} vs {source} {arch}, {size}: forward+backward, batch {ref.shape[0]}",
                            f"{o * 1e3:.2f} ms", f"{r * 1e3:.2f} ms", ratio, "<= 1.05", ratio <= 1.05))
     return out

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
 from common.errors import ConfigError
 from common.optim import OPTIMIZERS, SCHEDULES, parse_gammas, parse_milestones
 from common.parallel import STRATEGIES, resolve_strategy
@@ -57,6 +58,8 @@ class TrainConfig:
     augment: str = "none"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment)
     label_smoothing: float = 0.0
     block_size: int | None = None  # language modeling: tokens a sample reads (None: the data set's, 128 for pydoc)
+    tokenizer: str = "char"  # language modeling: "char", or "bpe" (byte-level, trained on the training split)
+    vocab_size: int | None = None  # --tokenizer bpe: tokens in its vocabulary (None: 1024)
     beam: int = 1  # seq2seq evaluation: beam search of this width; 1 decodes greedily
     length_penalty: float = 0.0  # beam search ranks by log p / ((5 + |Y|) / 6)^this (Wu et al.); 0: log p alone
     seed: int = 0
@@ -187,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
     p.add_argument("--label-smoothing", type=non_negative_float)
     p.add_argument("--block-size", type=positive_int, help="language modeling: tokens a sample reads (default 128)")
+    p.add_argument("--tokenizer", choices=TOKENIZERS, help="language modeling: char (default), or bpe: a byte-level "
+                   "BPE trained on the training split, saved in the run directory as tokenizer.json")
+    p.add_argument("--vocab-size", type=positive_int, help=f"--tokenizer bpe: its vocabulary, 256 bytes and the merges "
+                   f"(default {BPE_VOCAB_SIZE})")
     p.add_argument("--beam", type=positive_int, help="seq2seq: evaluate by beam search of this width (default 1: greedy)")
     p.add_argument("--length-penalty", type=non_negative_float,
                    help="beam search: rank by log p / ((5 + length) / 6)^ALPHA (the Transformer's 0.6; default 0)")
@@ -309,7 +316,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resuming: the run continues in cfg.out (--resume, or a torchrun restart), which
             may therefore already hold it.
     """
-    from common.data import DATASETS, download, get_dataset
+    from common.data import DATASETS, download, get_dataset, options
     from common.data.augment import parse as parse_augment
     from common.pretrained import build_model
     from papers import get_paper
@@ -326,7 +333,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
     for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing"),
                           (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend"),
-                          (RECIPES, "recipe"), (OPTIMIZERS, "optimizer"), (SCHEDULES, "schedule")):
+                          (RECIPES, "recipe"), (OPTIMIZERS, "optimizer"), (SCHEDULES, "schedule"),
+                          (TOKENIZERS, "tokenizer")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
     for name in ("epochs", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",
@@ -345,6 +353,13 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"--beam and --length-penalty decode sequences; {data.name} is a {data.task} data set")
     if cfg.block_size is not None and data.inputs != "tokens":
         raise ConfigError(f"--block-size cuts text into samples; {data.name} has {data.inputs} inputs")
+    if cfg.tokenizer != "char" and data.inputs != "tokens":
+        raise ConfigError(f"--tokenizer {cfg.tokenizer} splits text into tokens; {data.name} has {data.inputs} inputs")
+    if cfg.vocab_size is not None and cfg.tokenizer != "bpe":
+        raise ConfigError("--vocab-size sizes a BPE vocabulary; add --tokenizer bpe")
+    if cfg.vocab_size is not None and cfg.vocab_size <= 256:
+        raise ConfigError(f"--vocab-size {cfg.vocab_size}: a byte-level BPE holds the 256 bytes and its merges; "
+                          f"use more than 256")
     positions = spec.flavors.get(cfg.flavor, {}).get("block_size")  # a language model's learned positions
     if cfg.block_size is not None and positions is not None and cfg.block_size > positions:
         raise ConfigError(f"--block-size {cfg.block_size} exceeds the {positions} positions of {spec.name} {cfg.flavor}")
@@ -384,7 +399,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         line = download(data, cfg.data_dir or "data")
         if os.environ.get("RANK", "0") == "0":
             print(line, flush=True)
-    facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)  # ConfigError when the data is missing
+    facts = data.facts(**options(cfg))  # ConfigError when the data is missing
     variable = data.is_variable(cfg.image_size)
     if variable and not spec.padded_batches:
         raise ConfigError(_fixed_size_fix(spec, data))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from common.data import eval_loader, get_dataset
+from common.data import eval_loader, get_dataset, options
 from common.data.collate import to_device
 from common.errors import ConfigError
 from common.export import load_run
@@ -70,9 +70,9 @@ def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: st
 def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold: float = 0.5) -> dict[str, float]:
     model, cfg = load_run(run_dir)
     data = get_dataset(cfg.dataset)
-    facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    facts = data.facts(**options(cfg))
     task = get_task(data.task, facts)
-    _, test_set = data.read(data_dir=cfg.data_dir, image_size=cfg.image_size, block_size=cfg.block_size)
+    _, test_set = data.read(**options(cfg))
     loader = eval_loader(test_set, batch_size, rank=0, world_size=1,
                          collate=data.collate(cfg.pad_multiple, image_size=cfg.image_size))
     metrics = task.build_metrics(torch.device("cpu"))

@@ -38,7 +38,7 @@ from torch.export import Dim
 from common.config import TrainConfig, resolve, validate
 from common.errors import ConfigError
 from common.pretrained import build_model
-from common.data import get_dataset
+from common.data import get_dataset, options
 from common.tracking import git_commit
 from papers import get_paper
 
@@ -103,10 +103,21 @@ def load_run(run_dir: Path) -> tuple[nn.Module, TrainConfig]:
     if not weights.is_file():
         raise ConfigError(f"{run_dir} has no model.safetensors: only a finished run exports (--resume it to the end)")
     cfg = TrainConfig.from_dict(json.loads(config.read_text()))
-    facts = get_dataset(cfg.dataset).facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    facts = get_dataset(cfg.dataset).facts(**options(cfg))
     model = build_model(get_paper(cfg.paper), cfg.flavor, cfg.init, facts)
     model.load_state_dict(load_file(weights))
     return model.eval(), cfg
+
+
+def load_run_of(run_dir: Path, task: str, tool: str) -> tuple[nn.Module, TrainConfig, dict]:
+    """`load_run` for a tool that reads one task's runs (`python -m common.<tool>`): the model, its config,
+    and its data set's facts; ConfigError when the run trained another task."""
+    model, cfg = load_run(run_dir)
+    data = get_dataset(cfg.dataset)
+    if data.task != task:
+        raise ConfigError(f"{run_dir} trained {cfg.paper} on {cfg.dataset}, a {data.task} data set; "
+                          f"{tool} reads {task} runs")
+    return model, cfg, data.facts(**options(cfg))
 
 
 def size_multiple(model: nn.Module, preprocess: dict | None) -> int:
@@ -302,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             validate(cfg)
             out, run_id = Path(args.out or "model.onnx"), None
         spec, data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
-        facts = data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+        facts = data.facts(**options(cfg))
         preprocess = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size) if data.preprocess else None
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -343,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--samples: {cfg.dataset} holds no images; none written", file=sys.stderr)
         else:
             try:
-                test_set = data.read(cfg.data_dir, cfg.image_size)[1]
+                test_set = data.read(**options(cfg))[1]
             except ConfigError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2

@@ -6,8 +6,10 @@ The run's final weights (model.safetensors) continue the prompt token by token: 
 from the softmax of the last logits divided by the temperature, restricted to the top k (0: all), with a
 generator seeded by --seed, so a seed gives the same text every time. With the model's key-value cache
 (`model(idx, past=..., use_cache=True) -> (logits, present)`) each new token costs one position; past
-the model's positions the context is cut to its last `block_size` tokens and read afresh. A prompt's
-characters the vocabulary never saw become <unk> (id 0), never an error.
+the model's positions the context is cut to its last `block_size` tokens and read afresh. The prompt is
+encoded with the run's tokenizer (tokenizer.json in the run directory for --tokenizer bpe, whose
+bytes cover any text; else the data set's characters, where a character the vocabulary never saw
+becomes <unk>, id 0), never an error.
 """
 
 import argparse
@@ -16,20 +18,15 @@ from pathlib import Path
 
 import torch
 
-from common.data import get_dataset
+from common.data.text import UNK, ByteBPE, codec
 from common.errors import ConfigError
-from common.export import load_run
-
-UNK = 0
+from common.export import load_run_of
 
 
-def encode(text: str, facts: dict) -> list[int]:
-    stoi = {s: i for i, s in enumerate(facts["itos"])}
-    return [stoi.get(c, UNK) for c in text]
-
-
-def decode(ids, facts: dict) -> str:
-    return "".join(facts["itos"][int(i)] if int(i) != UNK else "\ufffd" for i in ids)
+def run_tokenizer(run_dir: Path, facts: dict):
+    """What encodes a prompt and decodes the tokens: the tokenizer the run saved, else the data set's."""
+    saved = run_dir / "tokenizer.json"
+    return ByteBPE.from_str(saved.read_text()) if saved.is_file() else codec(facts)
 
 
 @torch.no_grad()
@@ -69,20 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     try:
-        model, cfg = load_run(Path(args.run))
-        data = get_dataset(cfg.dataset)
-        if data.task != "language-modeling":
-            raise ConfigError(f"{args.run} trained {cfg.paper} on {cfg.dataset}, a {data.task} data set; "
-                              "generate reads language-modeling runs")
-        facts = data.facts(data_dir=cfg.data_dir)
+        model, _, facts = load_run_of(Path(args.run), "language-modeling", "generate")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.tokens < 0 or args.temperature <= 0 or args.top_k < 0:
         print("error: --tokens and --top-k must be >= 0 and --temperature > 0", file=sys.stderr)
         return 2
-    new = generate(model, encode(args.prompt, facts), args.tokens, args.temperature, args.top_k, args.seed)
-    print(args.prompt + decode(new, facts))
+    tokenizer = run_tokenizer(Path(args.run), facts)
+    new = generate(model, tokenizer.encode(args.prompt), args.tokens, args.temperature, args.top_k, args.seed)
+    print(args.prompt + tokenizer.decode(new))
     return 0
 
 

@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from common.data.text import BPE_VOCAB_SIZE
 from common.errors import ConfigError
 from common.tasks import TASKS
 
@@ -89,9 +90,17 @@ def rank(results: list[dict], paper: str | None = None, dataset: str | None = No
     for key, rows in tables.items():
         rows.sort(key=lambda r: (-r["final"] if higher_is_better(r) else r["final"], r.get("finished_at", "")))
         if best_only:
-            seen = set()
-            rows[:] = [r for r in rows if not (r["paper"] in seen or seen.add(r["paper"]))]
+            seen = set()  # a language model's runs per tokenizer: char and bpe compare in bits per character
+            rows[:] = [r for r in rows if not ((r["paper"], tokenizer(r)) in seen or seen.add((r["paper"], tokenizer(r))))]
     return dict(sorted(tables.items()))
+
+
+def tokenizer(r: dict) -> str:
+    """A language-modeling run's tokenizer ("bpe 1024"); "" for characters and for other tasks."""
+    config = r.get("config") or {}
+    if config.get("tokenizer", "char") == "char":
+        return ""
+    return f"{config['tokenizer']} {config.get('vocab_size') or BPE_VOCAB_SIZE}"
 
 
 def cells(position: int, r: dict) -> dict[str, str]:
@@ -99,7 +108,7 @@ def cells(position: int, r: dict) -> dict[str, str]:
     return {
         "rank": str(position),
         "paper": r["paper"],
-        "flavor": r["flavor"],
+        "flavor": ", ".join(filter(None, (r["flavor"], tokenizer(r)))),
         "metric": ", ".join([f"{r['metric']} {r['final']:.4g}"] + [
             f"{name.replace('_', ' ')} {r['final_metrics'][name]:.4g}" for name in getattr(TASKS.get(r["task"]), "beside", ())
             if name in r.get("final_metrics", {})]),

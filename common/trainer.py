@@ -34,7 +34,7 @@ from tqdm import tqdm
 from common import checkpoint, parallel
 from common.batchsize import find_micro_batch
 from common.config import TrainConfig, save as save_config
-from common.data import augment, eval_loader, get_dataset, train_loader
+from common.data import augment, eval_loader, get_dataset, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import ConfigError
 from common.monitor import DeviceMonitor, short_bytes
@@ -126,7 +126,7 @@ class Trainer:
         self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
         if env.is_main:
             parallel.warn_fallback(cfg.strategy, self.strategy)
-        self.facts = self.data.facts(data_dir=cfg.data_dir, image_size=cfg.image_size)
+        self.facts = self.data.facts(**options(cfg))
         decoding = dict(beam=cfg.beam, length_penalty=cfg.length_penalty) if self.data.task == "seq2seq" else {}
         self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding)
         self.build_model()
@@ -173,7 +173,7 @@ class Trainer:
         """The data sets, the global and per-device batch, the loaders, the run's length, and the
         FLOPs of a step (for MFU)."""
         cfg, env, data = self.cfg, self.env, self.data
-        self.train_set, self.test_set = data.read(cfg.data_dir, cfg.image_size, cfg.block_size)  # ConfigError if unreadable
+        self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
         transform = augment.transform(cfg.augment, self.facts.get("img_size", 0), self.train_set)
         if transform is not None:  # training images only
             self.train_set = augment.Augmented(self.train_set, transform)
@@ -246,6 +246,8 @@ class Trainer:
             run_dir.mkdir(parents=True, exist_ok=True)
             if not (run_dir / "config.json").exists():  # a resumed run keeps the config it started with
                 save_config(cfg, run_dir / "config.json")
+            if "tokenizer" in self.facts:  # a tokenizer trained for this run (BPE): what reads its tokens
+                (run_dir / "tokenizer.json").write_text(self.facts["tokenizer"])
             where = f"resumed at step {self.state['step']} from {resumed_from}" if resumed_from else "new run"
             print(f"{where}; config ({self.strategy}, {env.world_size} process(es), {env.device}):", flush=True)
             for key, value in cfg.to_dict().items():

@@ -19,12 +19,10 @@ from pathlib import Path
 import torch
 
 from common import decode
-from common.data import get_dataset
+from common.data.dates import UNK  # the seq2seq data sets' <unk> (<pad> 0, <s> 1, </s> 2, <unk> 3)
 from common.errors import ConfigError
-from common.export import load_run
+from common.export import load_run_of
 from common.tasks import get_task
-
-UNK = 3  # the <unk> id of the seq2seq data sets (<pad> 0, <s> 1, </s> 2, <unk> 3)
 
 
 def tokens(text: str, facts: dict) -> list[str]:
@@ -100,12 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attention", help="the attention picture's file (with several texts, -<k> is added)")
     args = p.parse_args(argv)
     try:
-        model, cfg = load_run(Path(args.run))
-        data = get_dataset(cfg.dataset)
-        if data.task != "seq2seq":
-            raise ConfigError(f"{args.run} trained {cfg.paper} on {cfg.dataset}, a {data.task} data set; "
-                              "translate reads seq2seq runs")
-        facts = data.facts(data_dir=cfg.data_dir)
+        model, _, facts = load_run_of(Path(args.run), "seq2seq", "translate")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

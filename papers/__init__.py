@@ -21,13 +21,20 @@ class ReferenceModel(NamedTuple):
         ref: SOURCE:NAME as `--init` takes it ("torchvision:resnet18", "timm:vit_base_patch16_224"),
             built without pretrained weights; the paper's `pretrained[SOURCE]` loader copies its
             weights into ours.
-        shape: the input batch both are timed on, forward and backward.
+        shape: the input batch both are timed on, forward and backward: (B, C, H, W) of an image
+            paper, (B, T) token ids of a paper whose inputs are "tokens".
         kwargs: the reference's constructor arguments (timm.create_model, torchvision's get_model).
+        build: builds the reference from kwargs, for a source that `--init` does not take (a language
+            model's: "transformers:GPT2LMHeadModel"); None: `SOURCES[source](name, pretrained=False, **kwargs)`
+            (common.pretrained).
+        load: turns the reference into ours holding its weights; None: the paper's `pretrained[source]`.
     """
 
     ref: str
     shape: tuple[int, ...]
     kwargs: dict = {}
+    build: Callable[..., nn.Module] | None = None
+    load: Callable[[nn.Module], nn.Module] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ def test_the_pydoc_corpus_is_real_english_split_by_topic_in_blocks_shifted_by_on
     train, test = data.load()
     x, y = train[3]
     assert x.shape == y.shape == (text.BLOCK_SIZE,) and torch.equal(x[1:], y[:-1])  # the next character
-    assert text.vocab().decode(x) == train_text[3 * text.BLOCK_SIZE : 4 * text.BLOCK_SIZE]
+    assert text.make_tokenizer().decode(x) == train_text[3 * text.BLOCK_SIZE : 4 * text.BLOCK_SIZE]
     assert len(train) == (len(train_text) - 1) // text.BLOCK_SIZE and len(test) > 100
     with pytest.raises(IndexError):
         train[len(train)]
-    assert text.vocab().encode("a\u2603") == [text.vocab().stoi["a"], text.UNK]  # a character never seen
-    assert data.facts()["vocab_size"] == len(text.vocab()) < 200
+    assert text.make_tokenizer().encode("a\u2603") == [text.make_tokenizer().stoi["a"], text.UNK]  # a character never seen
+    assert data.facts()["vocab_size"] == len(text.make_tokenizer()) < 200
 
 
 def test_a_unigram_model_of_the_corpus_scores_about_4_6_bits_per_character():

@@ -41,6 +41,17 @@ def test_each_task_kind_ranks_its_own_way():
     assert list(leaderboard.rank(RESULTS, dataset="digits")) == [("classification", "digits")]
 
 
+def test_a_language_models_char_and_bpe_runs_each_keep_their_best_and_say_their_tokenizer():
+    lm = dict(task="language-modeling", dataset="pydoc", metric="bits_per_char", higher_is_better=False)
+    bpe = lambda vocab: {"paper": "gpt", "tokenizer": "bpe", "vocab_size": vocab}
+    runs = [fake("c1", "gpt", 1.7, **lm), fake("c2", "gpt", 1.9, **lm),
+            fake("b1", "gpt", 1.8, **lm, config=bpe(None)), fake("b2", "gpt", 2.1, **lm, config=bpe(None)),
+            fake("b3", "gpt", 1.6, **lm, config=bpe(512))]
+    best = leaderboard.rank(runs, best_only=True)["language-modeling", "pydoc"]
+    assert [r["run_id"] for r in best] == ["b3", "c1", "b1"]  # lower is better; one per tokenizer and size
+    assert [leaderboard.cells(1, r)["flavor"] for r in best] == ["tiny, bpe 512", "tiny", "tiny, bpe 1024"]
+
+
 def test_formats(tmp_path, capsys):
     for r in RESULTS:
         store_result(r, tmp_path)

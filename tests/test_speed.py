@@ -81,6 +81,15 @@ def test_the_bench_quick_form_prints_every_row(capsys):
     assert len(latency) == 4 and sum("onnxruntime (" in line for line in latency) == 2
 
 
+def test_the_bench_times_gpt_against_transformers_gpt2(capsys):
+    """Row b builds Hugging Face's GPT2LMHeadModel (the tiny flavor's sizes), copies its weights into ours
+    (from_hf) and times both on token ids."""
+    table = bench.main(["--quick", "--rows", "b", "--papers", "gpt"])
+    rows = [line.split("|") for line in table.splitlines()[2:]]
+    assert len(rows) == 1 and rows[0][1].strip() == "b" and float(rows[0][5]) > 0
+    assert "gpt vs transformers GPT2LMHeadModel, 128 tokens: forward+backward, batch 64" in rows[0][2]
+
+
 def test_the_bench_refuses_detection_papers_in_one_line(capsys):
     assert bench.main(["--rows", "a", "--papers", "faster_rcnn,vit"]) == 2
     err = capsys.readouterr().err.strip()

@@ -37,9 +37,10 @@ class DatasetSpec:
         facts: (data_dir, image_size) -> what the model is built for: num_classes (the
             outputs of its head: classes, or 1 for a scalar target), and in_chans and
             img_size for images, input_size (and seq_len where every sequence has
-            it) for sequences; size_multiple where every side is a multiple of it.
-            Raises ConfigError when the data is not where it should be.
-        load: (data_dir, image_size) -> (train, test) datasets of (input, target) pairs.
+            it) for sequences; size_multiple where every side is a multiple of it; vocab_size
+            (and what decodes ids) for tokens. Takes every key of `options(cfg)`; raises
+            ConfigError when the data is not where it should be.
+        load: (data_dir, image_size, ...) -> (train, test) datasets of (input, target) pairs.
         description: one line for the README.
         resizable: --image-size applies (and makes every image N x N).
         variable_size: samples differ in size (unless --image-size resizes them): batches
@@ -69,12 +70,12 @@ class DatasetSpec:
     reads_folder: bool = False
     fetch: Callable[[str], None] | None = None
 
-    def read(self, data_dir: str | None = None, image_size: int | None = None, block_size: int | None = None
-             ) -> tuple[Dataset, Dataset]:
-        """The (train, test) datasets. For data read from the user's folder, any failure to read it
-        (files missing, corrupted, of another format) is one ConfigError naming the folder and what
-        is wrong."""
-        sizes = dict(image_size=image_size) | ({"block_size": block_size} if block_size else {})
+    def read(self, data_dir: str | None = None, image_size: int | None = None, **options) -> tuple[Dataset, Dataset]:
+        """The (train, test) datasets (options: block_size, tokenizer, vocab_size, as `options` gives
+        them; None keeps the data set's default). For data read from the user's folder, any failure
+        to read it (files missing, corrupted, of another format) is one ConfigError naming the folder
+        and what is wrong."""
+        sizes = dict(image_size=image_size) | {k: v for k, v in options.items() if v is not None}
         if not self.reads_folder:
             return self.load(data_dir=data_dir, **sizes)
         try:
@@ -97,6 +98,13 @@ class DatasetSpec:
         if not self.is_variable(image_size):
             return stack
         return partial(pad_images if self.inputs == "image" else pad_sequences, pad_multiple=pad_multiple)
+
+
+def options(cfg) -> dict:
+    """What a run's config tells a data set's `facts` and `read`: its folder, image size, and for text
+    the block size and tokenizer (None: the data set's default)."""
+    return dict(data_dir=cfg.data_dir, image_size=cfg.image_size, block_size=cfg.block_size,
+                tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size)
 
 
 def _fixed(**facts) -> Callable[..., dict]:
@@ -131,7 +139,12 @@ DATASETS = {
                                 f"{pairs.TEST_FRACTION:.0%} test split"),
         DatasetSpec("pydoc", "language-modeling", "tokens", text.facts, text.load,
                     description="the Python documentation topics pydoc_data ships (about 465,000 characters of "
-                                "English), character level, in blocks of 128; the last topics by name (10%) for test"),
+                                "English), character level or --tokenizer bpe, in blocks of 128 tokens; the last "
+                                "topics by name (10%) for test"),
+        DatasetSpec("text", "language-modeling", "tokens", partial(text.facts, dataset="text"),
+                    partial(text.load, dataset="text"), reads_folder=True,
+                    description="UTF-8 text from --data-dir: a file, or a folder's .txt files joined in order of "
+                                "their paths; the last 10% (from a line break) for test; as pydoc otherwise"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
                     preprocess=shapes.preprocessing,
                     description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "

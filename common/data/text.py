@@ -1,31 +1,48 @@
-"""Text to model, character by character: the built-in `pydoc` corpus, cut into blocks for a language model.
+"""Text to model: the built-in `pydoc` corpus, or `text` from --data-dir, tokenized by character or
+by byte-level BPE, cut into blocks for a language model.
 
-The corpus is real English that the Python standard library ships: the documentation topics of
+`pydoc` is real English that the Python standard library ships: the documentation topics of
 `pydoc_data.topics` (the text `help("if")` prints; about 465,000 characters over 79 topics in
-Python 3.11), read at run time and never copied into the repository. The split is fixed and by
+Python 3.11), read at run time and never copied into the repository. Its split is fixed and by
 topic: the topics in sorted order, the first ones (about TRAIN_FRACTION of the characters) for
 training and the rest for test, each split's topics joined by blank lines. (Some topics repeat a
 paragraph of another, so a few test paragraphs also stand in the training text.)
 
-Character level: one vocabulary over every character of the corpus (both splits, as the dates'
-alphabet), after <unk> (id 0), which a typed prompt's unknown characters become. A sample is a block
-of `block_size` characters and the same block shifted by one (the next character at every
-position); the blocks of a split do not overlap.
+`text` reads --data-dir: one UTF-8 text file, or a folder whose *.txt files (at any depth, in
+sorted order of their paths) are joined by blank lines. Its split is fixed too: training text up to
+the first line break after TRAIN_FRACTION of the characters, test text after it. An empty file, a
+file that is not UTF-8 text (bytes that do not decode, or a NUL byte: a binary file), or a folder
+without .txt files is one ConfigError naming it.
+
+Tokenizers (--tokenizer):
+    char  one id per character of the corpus (both splits, as the dates' alphabet), after <unk>
+          (id 0), which a typed prompt's unknown characters become.
+    bpe   byte-level BPE (GPT-2's; HF tokenizers) trained on the training split to --vocab-size
+          tokens: the 256 bytes, then merges. Any text encodes, whatever characters it holds.
+          The trainer saves it as tokenizer.json in the run directory.
+A sample is a block of `block_size` tokens and the same block shifted by one (the next token at
+every position); the blocks of a split do not overlap. Bits per character count the characters
+a token stands for (`token_chars`; at character level one each), so tokenizers compare.
 """
 
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 
-BLOCK_SIZE = 128  # characters a sample reads
-TRAIN_FRACTION = 0.9  # of the characters, in whole topics sorted by name
+from common.errors import ConfigError
+
+BLOCK_SIZE = 128  # tokens a sample reads
+TRAIN_FRACTION = 0.9  # of the characters
 UNK = 0
+TOKENIZERS = ("char", "bpe")
+BPE_VOCAB_SIZE = 1024  # --vocab-size's default: 256 bytes and 768 merges
 
 
 @lru_cache(maxsize=1)
-def corpus() -> tuple[str, str]:
-    """(training text, test text) of the pydoc topics."""
+def pydoc_corpus() -> tuple[str, str]:
+    """(training text, test text) of the pydoc topics: whole topics, split by name."""
     from pydoc_data.topics import topics
 
     texts = [topics[name].strip() for name in sorted(topics)]
@@ -38,8 +55,61 @@ def corpus() -> tuple[str, str]:
     return "\n\n".join(texts[:split]), "\n\n".join(texts[split:])
 
 
+def text_files(data_dir: str | None) -> list[Path]:
+    """The files `text` reads from --data-dir: the file itself, or a folder's *.txt files in sorted order."""
+    if not data_dir:
+        raise ConfigError("--dataset text reads --data-dir: a UTF-8 text file, or a folder of .txt files")
+    root = Path(data_dir)
+    if not root.exists():
+        raise ConfigError(f"--dataset text: {root} does not exist")
+    if root.is_file():
+        return [root]
+    files = sorted(p for p in root.rglob("*.txt") if p.is_file())
+    if not files:
+        raise ConfigError(f"--dataset text: {root} holds no .txt file")
+    return files
+
+
+def read_text(path: Path) -> str:
+    """A file's text; ConfigError (naming it) when it is empty or not UTF-8 text."""
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise ConfigError(f"--dataset text: {path} is not text: it holds NUL bytes (a binary file?)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--dataset text: {path} is not UTF-8 text: byte {e.start} "
+                          f"(0x{data[e.start]:02x}) does not decode") from None
+    if not text.strip():
+        raise ConfigError(f"--dataset text: {path} is empty")
+    return text.strip()
+
+
+@lru_cache(maxsize=4)
+def _folder_corpus(files: tuple[tuple[str, int, int], ...], where: str) -> tuple[str, str]:
+    text = "\n\n".join(read_text(Path(name)) for name, _, _ in files)
+    cut = text.find("\n", int(TRAIN_FRACTION * len(text)))
+    cut = cut + 1 if cut >= 0 else int(TRAIN_FRACTION * len(text))
+    train, test = text[:cut], text[cut:]
+    if not train.strip() or not test.strip():
+        raise ConfigError(f"--dataset text: {where} holds {len(text):,} characters, too few to split "
+                          f"{TRAIN_FRACTION:.0%}/{1 - TRAIN_FRACTION:.0%} into training and test text")
+    return train, test
+
+
+def corpus(data_dir: str | None = None, dataset: str = "pydoc") -> tuple[str, str]:
+    """(training text, test text) of a data set: pydoc's topics, or text's files (read again when
+    one changes: the cache is keyed by their names, sizes and times)."""
+    if dataset == "pydoc":
+        return pydoc_corpus()
+    stats = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in text_files(data_dir))
+    return _folder_corpus(stats, str(data_dir))
+
+
 class CharVocab:
     """Characters <-> ids: <unk> 0, then `chars` in order."""
+
+    level = "char"
 
     def __init__(self, chars: str):
         self.itos = ["<unk>", *chars]
@@ -55,11 +125,95 @@ class CharVocab:
     def decode(self, ids) -> str:
         return "".join(self.itos[int(i)] if int(i) != UNK else "\ufffd" for i in ids)
 
+    def facts(self) -> dict:
+        return dict(vocab_size=len(self), itos=list(self.itos), level=self.level)
 
-@lru_cache(maxsize=1)
-def vocab() -> CharVocab:
-    train, test = corpus()
-    return CharVocab("".join(sorted(set(train) | set(test))))
+
+def _byte_of_symbol() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: which byte each of its 256 printable symbols stands for (bytes that
+    print as themselves keep their code point; the others take 256, 257, ... in byte order)."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in kept]
+    return {chr(b): b for b in kept} | {chr(256 + i): b for i, b in enumerate(moved)}
+
+
+class ByteBPE:
+    """Byte-level BPE (Radford et al. 2019, Section 2.2) with HF tokenizers: GPT-2's pre-tokenizer (its
+    regular expression over the bytes shown as 256 printable symbols) and byte-level decoding.
+
+    Args:
+        tokenizer: a tokenizers.Tokenizer (see `train`, `from_str`).
+    """
+
+    level = "bpe"
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int = BPE_VOCAB_SIZE) -> "ByteBPE":
+        """Merges learnt from `text` (its paragraphs one sequence each) until `vocab_size` tokens."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        tok.train_from_iterator(text.split("\n\n"), trainer)
+        return cls(tok)
+
+    @classmethod
+    def from_str(cls, json: str) -> "ByteBPE":
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_str(json))
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode([int(i) for i in ids])
+
+    def token_chars(self) -> list[int]:
+        """Per id, the characters it stands for: its bytes that start a UTF-8 character (a character
+        split over tokens counts once, in the token holding its first byte), so that a text's tokens
+        sum to its characters."""
+        byte = _byte_of_symbol()
+        vocab = self.tokenizer.get_vocab()
+        chars = [0] * len(self)
+        for symbols, i in vocab.items():
+            chars[i] = sum(1 for s in symbols if byte[s] & 0xC0 != 0x80)
+        return chars
+
+    def facts(self) -> dict:
+        return dict(vocab_size=len(self), level=self.level, token_chars=self.token_chars(),
+                    tokenizer=self.tokenizer.to_str())
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(train: str, test: str, kind: str, vocab_size: int | None) -> CharVocab | ByteBPE:
+    if kind == "char":
+        return CharVocab("".join(sorted(set(train) | set(test))))
+    if kind == "bpe":
+        return ByteBPE.train(train, vocab_size or BPE_VOCAB_SIZE)
+    raise ConfigError(f"unknown tokenizer '{kind}'; choose from: {', '.join(TOKENIZERS)}")
+
+
+def make_tokenizer(data_dir: str | None = None, tokenizer: str = "char", vocab_size: int | None = None,
+                   dataset: str = "pydoc") -> CharVocab | ByteBPE:
+    """The data set's tokenizer: its characters, or a BPE trained on its training split."""
+    return _tokenizer(*corpus(data_dir, dataset), tokenizer, vocab_size)
+
+
+def codec(facts: dict) -> CharVocab | ByteBPE:
+    """The tokenizer a data set's facts describe (what common.generate encodes a prompt with)."""
+    if facts.get("level") == "bpe":
+        return ByteBPE.from_str(facts["tokenizer"])
+    return CharVocab("".join(facts["itos"][1:]))
 
 
 class Blocks(Dataset):
@@ -86,25 +240,35 @@ class Blocks(Dataset):
         return chunk[:-1], chunk[1:]
 
 
-def load(block_size: int = BLOCK_SIZE, **_) -> tuple[Blocks, Blocks]:
-    """The training and test blocks of the pydoc corpus."""
-    v = vocab()
-    return tuple(Blocks(torch.tensor(v.encode(text), dtype=torch.int64), block_size) for text in corpus())
+def load(data_dir: str | None = None, block_size: int | None = None, tokenizer: str = "char",
+         vocab_size: int | None = None, dataset: str = "pydoc", **_) -> tuple[Blocks, Blocks]:
+    """The training and test blocks of a data set's text."""
+    tok, block_size = make_tokenizer(data_dir, tokenizer, vocab_size, dataset), block_size or BLOCK_SIZE
+    blocks = []
+    for split, text in zip(("training", "test"), corpus(data_dir, dataset)):
+        ids = torch.tensor(tok.encode(text), dtype=torch.int64)
+        if len(ids) < block_size + 1:
+            where = "pydoc" if dataset == "pydoc" else data_dir
+            raise ConfigError(f"--dataset {dataset}: the {split} text of {where} is {len(ids):,} tokens, fewer than "
+                              f"one block of {block_size} + 1; use a smaller --block-size or more text")
+        blocks.append(Blocks(ids, block_size))
+    return tuple(blocks)
 
 
-def facts(**_) -> dict:
-    """What a model is built for: the vocabulary's size and strings, character level."""
-    v = vocab()
-    return dict(vocab_size=len(v), itos=list(v.itos), level="char")
+def facts(data_dir: str | None = None, tokenizer: str = "char", vocab_size: int | None = None,
+          dataset: str = "pydoc", **_) -> dict:
+    """What a model is built for: the vocabulary's size, and what decodes its ids (char: the
+    strings; bpe: the tokenizer's JSON and each token's characters)."""
+    return make_tokenizer(data_dir, tokenizer, vocab_size, dataset).facts()
 
 
 def unigram_bits_per_character() -> float:
-    """The test split's cross-entropy, in bits per character, under the training split's character
+    """pydoc's test split's cross-entropy, in bits per character, under the training split's character
     frequencies (add-one smoothed): what a model that ignores all context scores."""
     import math
     from collections import Counter
 
-    train, test = corpus()
-    counts, V = Counter(train), len(vocab())
+    train, test = pydoc_corpus()
+    counts, V = Counter(train), len(make_tokenizer())
     total = len(train) + V
     return -sum(math.log2((counts[c] + 1) / total) for c in test) / len(test)

@@ -4,10 +4,10 @@ Hugging Face's GPT2LMHeadModel."""
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec
+from papers import PaperSpec, ReferenceModel
 from papers.gpt.model import FLAVORS, GPT
 
-__all__ = ["GPT", "PAPER", "from_hf"]
+__all__ = ["GPT", "PAPER", "from_hf", "hf_reference"]
 
 
 def from_hf(hf_model: nn.Module) -> GPT:
@@ -57,6 +57,29 @@ def from_hf(hf_model: nn.Module) -> GPT:
     return model
 
 
+def hf_reference(**kwargs) -> nn.Module:
+    """A transformers.GPT2LMHeadModel of GPT2Config(**kwargs), randomly initialised: bench row b's reference.
+
+    Defaults that make it the same model as `from_hf`'s, timed alike: SDPA attention (as ours),
+    activation_function "gelu_pytorch_tanh" (F.gelu's tanh approximation, ours; GPT-2's "gelu_new" is the
+    same function in plain PyTorch operations), no key-value cache (ours returns none unless asked), and
+    bos and eos the last token when the default 50256 is outside a smaller vocabulary. transformers is
+    imported here only: nothing else in the repository needs it.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    kwargs = dict(activation_function="gelu_pytorch_tanh", use_cache=False, attn_implementation="sdpa") | kwargs
+    vocab_size = kwargs.get("vocab_size", 50257)
+    for token in ("bos_token_id", "eos_token_id"):
+        kwargs.setdefault(token, min(50256, vocab_size - 1))
+    return GPT2LMHeadModel(GPT2Config(**kwargs))
+
+
+# Bench row b's configurations: the tiny flavor's sizes (no dropout) on 64 samples of 128 tokens, and
+# GPT-2-124M's (GPT2Config's defaults, dropout 0.1 everywhere as ours) on one sample of 256 tokens.
+TINY_HF = dict(vocab_size=128, n_positions=128, n_layer=4, n_head=4, n_embd=128, embd_pdrop=0.0, attn_pdrop=0.0,
+               resid_pdrop=0.0)
+
 PAPER = PaperSpec(
     name="gpt",
     family="transformer",
@@ -76,4 +99,6 @@ PAPER = PaperSpec(
     data_kwargs=("vocab_size",),
     shard_blocks="blocks",
     padded_batches=False,
+    reference_models=(ReferenceModel("transformers:GPT2LMHeadModel", (64, 128), TINY_HF, hf_reference, from_hf),
+                      ReferenceModel("transformers:GPT2LMHeadModel", (1, 256), {}, hf_reference, from_hf)),
 )
