@@ -1,6 +1,10 @@
-"""`--batch-size auto`: the largest per-device micro-batch that fits.
+"""`--batch-size auto`: the largest per-device micro-batch that fits and still trains; `--lr-scaling`:
+the learning rate that goes with a batch.
 
-On CUDA it tries a real training step and halves the batch after each
+The batch that fits in memory is not the batch that trains: on a small data set it can leave an
+epoch one optimizer step. So auto never takes more than leaves every epoch MIN_STEPS_PER_EPOCH
+optimizer steps (a floor stated here, over all processes and micro-steps), nor more than the
+training set holds. Within that, on CUDA it tries a real training step and halves the batch after each
 out-of-memory error. On a CPU, where running out of memory ends the process
 instead of raising, it measures what one sample costs and fits the batch into a
 stated budget: CPU_BUDGET_BYTES per process for parameters, gradients, AdamW's
@@ -11,6 +15,31 @@ import torch
 
 CPU_BUDGET_BYTES = 2 * 2**30  # 2 GiB per process
 MAX_BATCH = 4096
+MIN_STEPS_PER_EPOCH = 20  # auto's floor: optimizer steps every epoch keeps
+LR_SCALINGS = ("linear", "sqrt", "none")
+WARMUP_EPOCHS = 5  # Goyal et al.'s gradual warmup, when the learning rate is scaled up
+
+
+def steps_limit(train_size: int, shards: int) -> int:
+    """The largest micro-batch that leaves every epoch MIN_STEPS_PER_EPOCH optimizer steps, when each
+    step takes `shards` micro-batches (processes x accumulation steps); at least 1."""
+    return max(1, train_size // (MIN_STEPS_PER_EPOCH * shards))
+
+
+def scaled_lr(lr: float, batch: int, base_batch: int | None, rule: str) -> tuple[float, str]:
+    """(the learning rate for `batch`, why): `lr` goes with `base_batch` (the paper's default batch),
+    and a batch k times larger takes k times the learning rate (linear, Goyal et al. 2017, "Accurate,
+    Large Minibatch SGD") or sqrt(k) times (sqrt, Krizhevsky 2014); none, or no base batch, keeps it."""
+    if rule not in LR_SCALINGS:
+        raise ValueError(f"unknown lr scaling '{rule}'; choose from: {', '.join(LR_SCALINGS)}")
+    if rule == "none" or base_batch is None or batch == base_batch:
+        why = ("--lr-scaling none" if rule == "none" and base_batch not in (None, batch) else
+               f"the batch the learning rate is given for")
+        return lr, why
+    k = batch / base_batch
+    factor = k if rule == "linear" else k ** 0.5
+    shown = f"{batch}/{base_batch}" if rule == "linear" else f"sqrt({batch}/{base_batch})"
+    return lr * factor, f"{lr:g} x {shown}, {rule} scaling from the paper's batch of {base_batch}"
 
 
 def _activation_bytes(model, inputs, targets, forward_loss) -> int:

@@ -1,6 +1,7 @@
 """Speed comparisons, each a ratio of two things measured side by side in one process.
 
     python -m common.bench [--rows a,b,c,d,e,f,g] [--papers vit,resnet,lstm] [--repeats 5] [--quick]
+    python -m common.bench --rows batch [--papers resnet,vit] [--target 0.95] [--plot PNG]
 
 Each row times A and B alternately (A, B, A, B, ...) after a warm-up, and reports
 the median of the per-repeat ratios, so that a noisy machine slows both alike.
@@ -12,6 +13,8 @@ Rows:
     e  bf16 autocast against fp32 training on this device: samples/s
     f  ddp on 2 processes against 1 process at the same global batch, and fsdp against ddp
     g  inference latency at batch 1 and 32: compiled, and onnxruntime on the CPU, against eager
+    batch  (not in the default rows) training samples/s and wall time to a target test metric at batch
+       sizes from 16 to beyond what --batch-size auto picks, the learning rate scaled: common.bench_batch
 Prints a markdown table.
 """
 
@@ -412,15 +415,22 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> str | int:
     p = argparse.ArgumentParser(prog="python -m common.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--rows", default=",".join(ROWS), help="which rows, e.g. a,b")
-    p.add_argument("--papers", default=",".join(BENCHED), help="which papers (default: all but detection's)")
+    p.add_argument("--rows", default=",".join(ROWS), help="which rows, e.g. a,b; or batch (see common.bench_batch)")
+    p.add_argument("--papers", help="which papers (default: all but detection's; for row batch resnet,vit)")
     p.add_argument("--repeats", type=int, default=5, help="alternated repeats per measurement (median reported)")
     p.add_argument("--steps", type=int, default=60, help="training steps per run in rows a and f")
     p.add_argument("--iters", type=int, default=10, help="calls per timed measurement in rows b to e and g")
     p.add_argument("--backend", default="inductor", help="torch.compile backend for rows c, d and g")
     p.add_argument("--quick", action="store_true", help="a short version: few steps and repeats, eager compile")
+    p.add_argument("--target", type=float, default=0.95, help="row batch: the test metric to reach (default 0.95)")
+    p.add_argument("--plot", help="row batch: where to draw its plot (PNG)")
     args = p.parse_args(argv)
-    args.rows, args.papers = args.rows.split(","), args.papers.split(",")
+    args.rows = args.rows.split(",")
+    args.papers = (args.papers or ("resnet,vit" if args.rows == ["batch"] else ",".join(BENCHED))).split(",")
+    unknown = [r for r in args.rows if r not in ROWS and r != "batch"]
+    if unknown:
+        print(f"error: unknown row(s) {', '.join(unknown)}; choose from: {', '.join(ROWS)}, batch", file=sys.stderr)
+        return 2
     unbenched = [n for n in args.papers if n not in BENCHED]
     if unbenched:  # the rows time batches of one tensor of targets; detection's are lists of boxes
         print(f"error: the bench times classification and sequence papers; not {', '.join(unbenched)} "
@@ -431,8 +441,13 @@ def main(argv: list[str] | None = None) -> str | int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rows = []
     for r in args.rows:
-        rows += ROWS[r](args, device)
-    table = markdown(rows)
+        rows += ROWS[r](args, device) if r != "batch" else []
+    tables = [markdown(rows)] if rows else []
+    if "batch" in args.rows:
+        from common.bench_batch import report
+
+        tables.append(report(args.papers, args.target, args.plot))
+    table = "\n\n".join(tables)
     print(f"{device_name(device)}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"`python -m common.bench {' '.join(argv if argv is not None else sys.argv[1:])}`\n")
     print(table)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from common.batchsize import LR_SCALINGS
 from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
 from common.errors import ConfigError
 from common.optim import OPTIMIZERS, SCHEDULES, parse_gammas, parse_milestones
@@ -44,6 +45,8 @@ class TrainConfig:
     epochs: int = 10
     max_steps: int | None = None  # stop after this many optimizer steps (the schedule ends there too)
     batch_size: int | str = 64  # global: samples per optimizer step over all processes and micro-steps; or "auto"
+    lr_scaling: str = "linear"  # the lr follows the batch from lr_batch: linear, sqrt or none
+    lr_batch: int | None = None  # the batch lr is given for: the paper's default (recipe's) batch; None: any
     recipe: str = "repo"  # "paper": the paper's own recipe (PaperSpec.recipe) over its defaults
     optimizer: str = "adamw"  # adamw, sgd or rmsprop
     lr: float = 1e-3  # peak learning rate, reached after warmup
@@ -51,6 +54,8 @@ class TrainConfig:
     nesterov: bool = False  # sgd with Nesterov momentum
     weight_decay: float = 0.05
     warmup_steps: int = 0
+    lr_in_use: float | None = None  # set by the trainer: lr after --lr-scaling (recomputed on resume)
+    warmup_in_use: int | None = None  # set by the trainer: warmup_steps, or Goyal et al.'s 5 epochs if longer
     schedule: str = "cosine"  # after warmup: cosine, step (milestones, gamma), exponential (gamma per epoch), constant
     milestones: str | None = None  # step schedule: fractions of the run, e.g. "0.5,0.75"
     gamma: float = 0.1  # the factor at each milestone, or per epoch
@@ -182,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nesterov", action="store_true", help="sgd with Nesterov momentum")
     p.add_argument("--weight-decay", type=non_negative_float)
     p.add_argument("--warmup-steps", type=non_negative_int)
+    p.add_argument("--lr-scaling", choices=LR_SCALINGS,
+                   help="the learning rate follows the batch size from the paper's default batch: linear (default; "
+                        "Goyal et al., with a warmup of at least 5 epochs when it grows), sqrt, or none")
     p.add_argument("--schedule", choices=SCHEDULES, help="after warmup: cosine, step, exponential, constant; noam: the Transformer's "
                    "warmup then 1/sqrt(step) decay")
     p.add_argument("--milestones", help="step schedule: fractions of the run where lr is multiplied by gamma")
@@ -298,7 +306,9 @@ def resolve(flags: dict) -> TrainConfig:
         if "flavor" in flags:
             raise ConfigError(f"--init {flags['init']} names the model; leave out --flavor {flags['flavor']}")
         flags = flags | {"flavor": architecture_name(flags["init"])}
-    return TrainConfig.from_dict({**spec.defaults, **recipe, **flags})
+    values = {**spec.defaults, **recipe}
+    lr_batch = {"lr_batch": values.get("batch_size", TrainConfig.batch_size)}  # the batch --lr is meant for
+    return TrainConfig.from_dict({**lr_batch, **values, **flags})
 
 
 # ---------------------------------------------------------------- checks
@@ -334,7 +344,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing"),
                           (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend"),
                           (RECIPES, "recipe"), (OPTIMIZERS, "optimizer"), (SCHEDULES, "schedule"),
-                          (TOKENIZERS, "tokenizer")):
+                          (TOKENIZERS, "tokenizer"), (LR_SCALINGS, "lr_scaling")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
     for name in ("epochs", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",

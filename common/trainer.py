@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from common import checkpoint, parallel
-from common.batchsize import find_micro_batch
+from common.batchsize import WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
 from common.data import augment, eval_loader, get_dataset, options, train_loader
 from common.data.collate import element_counts, to_device
@@ -179,7 +179,8 @@ class Trainer:
             self.train_set = augment.Augmented(self.train_set, transform)
         self.collate = data.collate(math.lcm(cfg.pad_multiple, getattr(self.model, "input_multiple", 1)),
                                     cfg.image_size)
-        if cfg.batch_size == "auto":
+        self.auto_batch = cfg.batch_size == "auto"
+        if self.auto_batch:
             self.cfg = cfg = dataclasses.replace(cfg, batch_size=self.auto_batch_size())
         self.micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
         self.measure_flops()
@@ -193,6 +194,7 @@ class Trainer:
         self.total_steps = epochs_steps if cfg.max_steps is None else min(cfg.max_steps, epochs_steps)
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
         self.ckpt_every = cfg.ckpt_every or self.steps_per_epoch
+        self.scale_learning_rate()
         if cfg.profile and WARMUP_STEPS + cfg.profile > self.total_steps:
             raise ConfigError(f"--profile {cfg.profile} records steps {WARMUP_STEPS + 1} to {WARMUP_STEPS + cfg.profile}, "
                               f"but this run has {self.total_steps} steps")
@@ -204,9 +206,10 @@ class Trainer:
         return self.collate([self.train_set[i % len(self.train_set)] for i in range(n)])
 
     def auto_batch_size(self) -> int:
-        """--batch-size auto: the largest micro-batch that fits on every rank, times ranks and micro-steps."""
+        """--batch-size auto: the largest micro-batch that fits on every rank and leaves every epoch
+        MIN_STEPS_PER_EPOCH optimizer steps, times ranks and micro-steps."""
         cfg, env = self.cfg, self.env
-        share = len(self.train_set) // (env.world_size * cfg.grad_accum)
+        share = steps_limit(len(self.train_set), env.world_size * cfg.grad_accum)
         micro, how = find_micro_batch(self.new_model, lambda n: to_device(self.batch_of(n), env.device),
                                       self.forward_loss, env.device, share)
         micro = min(parallel.all_gather_object(micro))  # every rank trains the same global batch
@@ -214,6 +217,24 @@ class Trainer:
             print(f"batch size auto: {micro} per device and micro-step, "
                   f"{micro * env.world_size * cfg.grad_accum} in all ({how})", flush=True)
         return micro * env.world_size * cfg.grad_accum
+
+    def scale_learning_rate(self) -> None:
+        """--lr-scaling: the learning rate for the batch in use (lr is given for lr_batch, the paper's
+        default batch), and, when it grows, Goyal et al.'s gradual warmup of at least WARMUP_EPOCHS
+        epochs; printed, and recorded in config.json (lr_in_use, warmup_in_use)."""
+        cfg = self.cfg
+        lr, why = scaled_lr(cfg.lr, cfg.batch_size, cfg.lr_batch, cfg.lr_scaling)
+        warmup = cfg.warmup_steps
+        if lr > cfg.lr and WARMUP_EPOCHS * self.steps_per_epoch > warmup:
+            warmup = WARMUP_EPOCHS * self.steps_per_epoch
+            why += f"; warmup {warmup} steps ({WARMUP_EPOCHS} epochs of {self.steps_per_epoch}, Goyal et al.)"
+            if cfg.max_steps is not None and cfg.max_steps < warmup:
+                raise ConfigError(f"--max-steps {cfg.max_steps} ends before the {warmup}-step warmup that the "
+                                  f"learning rate scaled to batch {cfg.batch_size} needs ({WARMUP_EPOCHS} epochs); "
+                                  f"give more steps, a batch of {cfg.lr_batch}, or --lr-scaling none")
+        self.cfg = dataclasses.replace(cfg, lr_in_use=lr, warmup_in_use=warmup)
+        if self.env.is_main and (self.auto_batch or cfg.batch_size != cfg.lr_batch):
+            print(f"batch {cfg.batch_size}, lr {lr:.4g} ({why})", flush=True)
 
     def measure_flops(self) -> None:
         """Training FLOPs per sample and per input element, counted on the meta device on one
@@ -232,9 +253,9 @@ class Trainer:
         self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
                                           shard_blocks=self.spec.shard_blocks, precision=cfg.precision)
         self.eval_model = parallel.eval_module(self.model)
-        self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr, cfg.weight_decay, cfg.optimizer,
+        self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr_in_use, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)
-        self.scheduler = schedule(self.optimizer, self.total_steps, cfg.warmup_steps, cfg.schedule, cfg.milestones,
+        self.scheduler = schedule(self.optimizer, self.total_steps, cfg.warmup_in_use, cfg.schedule, cfg.milestones,
                                   cfg.gamma, self.steps_per_epoch, cfg.gammas)
         self.scaler = torch.amp.GradScaler(self.env.device.type, enabled=cfg.precision == "fp16")
 
@@ -385,7 +406,9 @@ class Trainer:
         state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
         self.tracker.log({f"eval/{k}": v for k, v in metrics.items()}
                          | {"epoch": epoch + 1, "train/padding_waste": padding[0] / padding[1] if padding[1] else 0.0,
-                            "train/epoch_samples_per_s": self.epoch_rate}, step=state["step"])
+                            "train/epoch_samples_per_s": self.epoch_rate, "time/train_s": state["train_seconds"],
+                            "time/wall_s": state["wall_seconds"] + time.perf_counter() - self.started},
+                         step=state["step"])
         self.meter.restart()  # evaluation time is not training time
         if self.env.is_main:
             self.progress.write(f"epoch {epoch + 1}/{self.epochs}: {self.task.describe(metrics)}")

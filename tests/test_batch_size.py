@@ -1,0 +1,92 @@
+"""--batch-size auto leaves every epoch enough optimizer steps, and --lr-scaling moves the learning rate
+with the batch (linear, sqrt, none), with Goyal et al.'s warmup when it grows."""
+
+import json
+
+import pytest
+
+from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, scaled_lr, steps_limit
+from tests.conftest import load_json
+from train import main
+
+QUIET = ["--wandb", "disabled"]
+
+
+def test_the_floor_caps_the_micro_batch_so_every_epoch_keeps_its_steps():
+    for train_size, shards in ((1437, 1), (1437, 2), (1437, 4), (3336, 2), (50_000, 8), (10, 1)):
+        micro = steps_limit(train_size, shards)
+        assert micro >= 1
+        if train_size >= MIN_STEPS_PER_EPOCH * shards:
+            assert train_size // (micro * shards) >= MIN_STEPS_PER_EPOCH  # the floor holds
+            assert train_size // ((micro + 1) * shards) < MIN_STEPS_PER_EPOCH or micro == train_size  # the largest
+
+
+def test_auto_on_digits_no_longer_takes_one_step_an_epoch(tmp_path, capsys):
+    """The report: auto picked 1,024 of 1,437 training images, one step an epoch, accuracy 0.1."""
+    run = tmp_path / "run"
+    assert main(["--paper", "resnet", "--batch-size", "auto", "--epochs", "1", "--out", str(run),
+                 "--results-dir", str(tmp_path / "r"), *QUIET]) == 0
+    result, config = load_json(run / "result.json"), load_json(run / "config.json")
+    assert result["steps"] >= MIN_STEPS_PER_EPOCH and result["batch_size"] == config["batch_size"] == 64
+    assert config["lr_in_use"] == config["lr"] == 3e-3  # the paper's batch: nothing to scale
+    assert f"batch size auto: 64 per device" in capsys.readouterr().out
+
+
+def test_the_learning_rate_scales_linearly_or_by_the_square_root_or_not_at_all():
+    assert scaled_lr(1e-3, 256, 64, "linear")[0] == pytest.approx(4e-3)
+    assert scaled_lr(1e-3, 256, 64, "sqrt")[0] == pytest.approx(2e-3)
+    assert scaled_lr(1e-3, 16, 64, "linear")[0] == pytest.approx(2.5e-4)
+    assert scaled_lr(1e-3, 16, 64, "sqrt")[0] == pytest.approx(5e-4)
+    assert scaled_lr(1e-3, 256, 64, "none")[0] == 1e-3
+    assert scaled_lr(1e-3, 256, None, "linear")[0] == 1e-3  # a config from before --lr-scaling: as it was
+    assert "1e-3 x 256/64" in scaled_lr(1e-3, 256, 64, "linear")[1].replace("0.001", "1e-3")
+    with pytest.raises(ValueError, match="unknown lr scaling 'cubic'"):
+        scaled_lr(1e-3, 256, 64, "cubic")
+
+
+def logged_lrs(run) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/lr"] for r in rows if "train/lr" in r}
+
+
+def test_the_optimizer_trains_with_the_scaled_learning_rate_and_none_keeps_the_given_one(tmp_path, capsys):
+    flags = ["--paper", "resnet", "--batch-size", "16", "--max-steps", "6", "--log-every", "1", *QUIET,
+             "--results-dir", str(tmp_path / "r")]
+    lrs = {}
+    for rule in ("linear", "sqrt", "none"):
+        capsys.readouterr()
+        assert main(flags + ["--lr-scaling", rule, "--out", str(tmp_path / rule)]) == 0
+        config = load_json(tmp_path / rule / "config.json")
+        assert (config["batch_size"], config["lr_batch"], config["lr"], config["lr_scaling"]) == (16, 64, 3e-3, rule)
+        assert config["warmup_in_use"] == config["warmup_steps"] == 20  # a smaller batch adds no warmup
+        lrs[rule] = logged_lrs(tmp_path / rule)
+        assert f"batch 16, lr {config['lr_in_use']:.4g}" in capsys.readouterr().out
+    assert load_json(tmp_path / "none" / "config.json")["lr_in_use"] == 3e-3
+    for step in range(1, 7):  # the same warmup, the peak scaled: 16/64 and sqrt(16/64)
+        assert lrs["linear"][step] == pytest.approx(0.25 * lrs["none"][step], rel=1e-9)
+        assert lrs["sqrt"][step] == pytest.approx(0.5 * lrs["none"][step], rel=1e-9)
+
+
+def test_a_larger_batch_gets_goyals_warmup_of_five_epochs(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["--paper", "resnet", "--batch-size", "256", "--epochs", str(WARMUP_EPOCHS + 1), "--log-every", "1",
+                 "--out", str(run), "--results-dir", str(tmp_path / "r"), *QUIET]) == 0
+    config, steps = load_json(run / "config.json"), 1437 // 256
+    assert config["lr_in_use"] == pytest.approx(3e-3 * 4) and config["warmup_in_use"] == WARMUP_EPOCHS * steps
+    lrs = logged_lrs(run)
+    assert max(lrs.values()) == pytest.approx(3e-3 * 4, rel=0.05)  # the peak, reached after the warmup
+    assert lrs[1] < lrs[2] < lrs[WARMUP_EPOCHS * steps - 1]  # rising through the warmup
+    out = capsys.readouterr().out
+    assert "batch 256, lr 0.012 (0.003 x 256/64, linear scaling from the paper's batch of 64; warmup 25 steps" in out
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--paper", "resnet", "--lr-scaling", "cubic"], ["--lr-scaling", "cubic", "linear", "sqrt", "none"]),
+    (["--paper", "gpt", "--batch-size", "auto", "--max-steps", "3"],
+     ["--max-steps 3 ends before the", "warmup", "batch 128", "--lr-scaling none"]),
+    (["--paper", "resnet", "--batch-size", "256", "--max-steps", "3"], ["--max-steps 3 ends before the 25-step warmup"]),
+])
+def test_bad_scaling_flags_are_one_line_and_exit_2(flags, words, tmp_path, capsys):
+    assert main(flags + ["--out", str(tmp_path / "run"), "--results-dir", str(tmp_path / "r"), *QUIET]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and all(w in err[0] for w in words), err
