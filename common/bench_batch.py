@@ -35,12 +35,12 @@ def run(flags: list[str]) -> tuple[dict, list[dict]]:
         return result, [r for r in map(json.loads, lines) if "epoch" in r]
 
 
-def time_to(evaluations: list[dict], metric: str, target: float, higher_is_better: bool) -> float | None:
-    """Wall seconds from the start to the first evaluation at or past the target; None if none got there."""
+def time_to(evaluations: list[dict], metric: str, target: float, higher_is_better: bool) -> tuple[float, int] | None:
+    """(wall seconds from the start, epoch) of the first evaluation at or past the target; None if none got there."""
     for e in evaluations:
         value = e[f"eval/{metric}"]
         if (value >= target) if higher_is_better else (value <= target):
-            return e["time/wall_s"]
+            return e["time/wall_s"], e["epoch"]
     return None
 
 
@@ -68,7 +68,7 @@ def markdown(rows: list[dict], target: float) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mark = " (auto)" if r["auto"] else (" (< floor)" if r["steps_per_epoch"] < MIN_STEPS_PER_EPOCH else "")
-        reached = f"{r['to_target']:.0f}" if r["to_target"] is not None else "not reached"
+        reached = f"{r['to_target'][0]:.1f} (epoch {r['to_target'][1]})" if r["to_target"] else "not reached"
         lines.append(f"| {r['paper']} | {r['batch']}{mark} | {r['steps_per_epoch']} | {r['lr']:.3g} | {r['warmup']} | "
                      f"{r['samples_per_s']:,.0f} | {r['metric']} {r['final']:.4g} | {reached} | {r['wall_s']:.0f} |")
     return "\n".join(lines)
@@ -85,7 +85,8 @@ def plot(rows: list[dict], target: float, path: Path) -> Path:
         mine = [r for r in rows if r["paper"] == paper]
         line, = speed.plot([r["batch"] for r in mine], [r["samples_per_s"] for r in mine], "o-", label=paper)
         got = [r for r in mine if r["to_target"] is not None]
-        reach.plot([r["batch"] for r in got], [r["to_target"] for r in got], "o-", color=line.get_color(), label=paper)
+        reach.plot([r["batch"] for r in got], [r["to_target"][0] for r in got], "o-", color=line.get_color(),
+                   label=paper)
         for r in mine:
             if r["auto"]:
                 for ax in (speed, reach):

@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from common import checkpoint, parallel
-from common.batchsize import WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
+from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
 from common.data import augment, eval_loader, get_dataset, options, train_loader
 from common.data.collate import element_counts, to_device
@@ -215,7 +215,8 @@ class Trainer:
         micro = min(parallel.all_gather_object(micro))  # every rank trains the same global batch
         if env.is_main:
             print(f"batch size auto: {micro} per device and micro-step, "
-                  f"{micro * env.world_size * cfg.grad_accum} in all ({how})", flush=True)
+                  f"{micro * env.world_size * cfg.grad_accum} in all ({how}; up to {share} leaves every epoch "
+                  f"of {len(self.train_set)} samples {MIN_STEPS_PER_EPOCH} optimizer steps)", flush=True)
         return micro * env.world_size * cfg.grad_accum
 
     def scale_learning_rate(self) -> None:

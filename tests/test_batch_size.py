@@ -90,3 +90,28 @@ def test_bad_scaling_flags_are_one_line_and_exit_2(flags, words, tmp_path, capsy
     assert main(flags + ["--out", str(tmp_path / "run"), "--results-dir", str(tmp_path / "r"), *QUIET]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and all(w in err[0] for w in words), err
+
+
+def test_the_batch_bench_reads_the_time_to_the_target_and_tabulates_and_plots_each_batch(tmp_path, monkeypatch):
+    from common import bench_batch
+
+    evaluations = [{"eval/accuracy": a, "time/wall_s": t, "epoch": e}
+                   for e, (a, t) in enumerate(((0.5, 3.0), (0.96, 6.0), (0.97, 9.0)), 1)]
+    assert bench_batch.time_to(evaluations, "accuracy", 0.95, True) == (6.0, 2)
+    assert bench_batch.time_to(evaluations, "accuracy", 0.99, True) is None
+    assert bench_batch.time_to([{"eval/mse": 0.2, "time/wall_s": 1.0, "epoch": 1},
+                                {"eval/mse": 0.05, "time/wall_s": 2.0, "epoch": 2}], "mse", 0.1, False) == (2.0, 2)
+
+    def fake_run(flags):  # auto picks 32; a bigger batch goes faster per sample and gets there later
+        batch = 32 if "auto" in flags else int(flags[flags.index("--batch-size") + 1])
+        result = {"batch_size": batch, "dataset": "digits", "steps": 1437 // batch * 2, "epochs": 2,
+                  "samples_per_s": 100.0 * batch ** 0.5, "metric": "accuracy", "final": 0.97, "wall_s": 10.0,
+                  "higher_is_better": True, "config": {"lr_in_use": 1e-3 * batch / 64, "warmup_in_use": 20}}
+        return result, [{"eval/accuracy": 0.96 if batch < 128 else 0.9, "time/wall_s": 1.0 + batch / 16, "epoch": 1}]
+
+    monkeypatch.setattr(bench_batch, "run", fake_run)
+    text = bench_batch.report(["resnet"], 0.95, str(tmp_path / "batch.png"))
+    lines = text.splitlines()
+    assert [line.split("|")[2].strip() for line in lines[2:6]] == ["16", "32 (auto)", "64", "128 (< floor)"]
+    assert "| resnet | 16 | 89 | 0.00025 | 20 | 400 | accuracy 0.97 | 2.0 (epoch 1) | 10 |" == lines[2]
+    assert "not reached" in lines[5] and (tmp_path / "batch.png").stat().st_size > 10_000
