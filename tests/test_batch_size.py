@@ -115,3 +115,16 @@ def test_the_batch_bench_reads_the_time_to_the_target_and_tabulates_and_plots_ea
     assert [line.split("|")[2].strip() for line in lines[2:6]] == ["16", "32 (auto)", "64", "128 (< floor)"]
     assert "| resnet | 16 | 89 | 0.00025 | 20 | 400 | accuracy 0.97 | 2.0 (epoch 1) | 10 |" == lines[2]
     assert "not reached" in lines[5] and (tmp_path / "batch.png").stat().st_size > 10_000
+
+
+def test_a_run_at_a_scaled_learning_rate_resumes_bitwise(tmp_path):
+    """config.json keeps lr and lr_batch as given: the resumed run scales to the same rate."""
+    from tests.conftest import bitwise_equal, interrupted_copy, weights
+
+    assert main(["--paper", "resnet", "--batch-size", "32", "--lr-scaling", "sqrt", "--max-steps", "6",
+                 "--ckpt-every", "3", "--keep-ckpts", "5", "--out", str(tmp_path / "whole"),
+                 "--results-dir", str(tmp_path / "r"), *QUIET]) == 0
+    resumed = interrupted_copy(tmp_path / "whole", 3, tmp_path / "resumed")
+    assert main(["--resume", str(resumed)]) == 0
+    assert bitwise_equal(weights(resumed), weights(tmp_path / "whole"))
+    assert load_json(resumed / "config.json")["lr_in_use"] == pytest.approx(3e-3 * 0.5 ** 0.5)
