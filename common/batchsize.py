@@ -33,9 +33,8 @@ def scaled_lr(lr: float, batch: int, base_batch: int | None, rule: str) -> tuple
     if rule not in LR_SCALINGS:
         raise ValueError(f"unknown lr scaling '{rule}'; choose from: {', '.join(LR_SCALINGS)}")
     if rule == "none" or base_batch is None or batch == base_batch:
-        why = ("--lr-scaling none" if rule == "none" and base_batch not in (None, batch) else
-               f"the batch the learning rate is given for")
-        return lr, why
+        kept = rule == "none" and base_batch not in (None, batch)
+        return lr, "--lr-scaling none" if kept else "the batch the learning rate is given for"
     k = batch / base_batch
     factor = k if rule == "linear" else k ** 0.5
     shown = f"{batch}/{base_batch}" if rule == "linear" else f"sqrt({batch}/{base_batch})"

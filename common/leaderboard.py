@@ -91,7 +91,8 @@ def rank(results: list[dict], paper: str | None = None, dataset: str | None = No
         rows.sort(key=lambda r: (-r["final"] if higher_is_better(r) else r["final"], r.get("finished_at", "")))
         if best_only:
             seen = set()  # a language model's runs per tokenizer: char and bpe compare in bits per character
-            rows[:] = [r for r in rows if not ((r["paper"], tokenizer(r)) in seen or seen.add((r["paper"], tokenizer(r))))]
+            entry = lambda r: (r["paper"], tokenizer(r))
+            rows[:] = [r for r in rows if not (entry(r) in seen or seen.add(entry(r)))]
     return dict(sorted(tables.items()))
 
 

@@ -29,7 +29,7 @@ def test_auto_on_digits_no_longer_takes_one_step_an_epoch(tmp_path, capsys):
     result, config = load_json(run / "result.json"), load_json(run / "config.json")
     assert result["steps"] >= MIN_STEPS_PER_EPOCH and result["batch_size"] == config["batch_size"] == 64
     assert config["lr_in_use"] == config["lr"] == 3e-3  # the paper's batch: nothing to scale
-    assert f"batch size auto: 64 per device" in capsys.readouterr().out
+    assert "batch size auto: 64 per device" in capsys.readouterr().out
 
 
 def test_the_learning_rate_scales_linearly_or_by_the_square_root_or_not_at_all():

@@ -133,7 +133,6 @@ def test_a_folder_with_one_bad_file_names_that_file_and_a_path_without_text_is_o
 ])
 def test_tokenizer_flags_that_do_not_apply_are_one_error(flags, words):
     from common.config import resolve, validate
-    from train import main
 
     with pytest.raises(ConfigError, match=words):
         validate(resolve({k.lstrip("-").replace("-", "_"): (int(v) if v.isdigit() else v)
