@@ -7,12 +7,15 @@ prints it and exits with code 2 before anything is written.
 """
 
 import argparse
+import ast
 import dataclasses
+import inspect
+import re
 import json
 import os
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -36,8 +39,10 @@ class TrainConfig:
     paper: str
     flavor: str = "tiny"  # with init: the reference's SOURCE:NAME
     init: str | None = None  # start from a reference's pretrained weights: timm:NAME, torchvision:NAME, ...@FILE
+    model_kwargs: dict = field(default_factory=dict)  # the flavor's constructor arguments overridden, e.g. activation
     dataset: str = "digits"
     data_dir: str | None = None
+    train_fraction: float = 1.0  # train on this fixed share of the training split (the same samples every seed)
     download: bool = False  # torchvision fetches the data set into data_dir (default data/) first
     image_size: int | None = None  # resize images to this side (real image data sets)
     pad_multiple: int = 1  # padded batch sizes are rounded up to a multiple of this
@@ -63,6 +68,7 @@ class TrainConfig:
     augment: str = "none"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment)
     label_smoothing: float = 0.0
     block_size: int | None = None  # language modeling: tokens a sample reads (None: the data set's, 128 for pydoc)
+    seq_len: int | None = None  # generated sequences: their (minimal) length, for data sets that take one
     tokenizer: str = "char"  # language modeling: "char", or "bpe" (byte-level, trained on the training split)
     vocab_size: int | None = None  # --tokenizer bpe: tokens in its vocabulary (None: 1024)
     beam: int = 1  # seq2seq evaluation: beam search of this width; 1 decodes greedily
@@ -119,7 +125,8 @@ def _is_instance(value, hint) -> bool:
 def _type_name(hint) -> str:
     if isinstance(hint, types.UnionType):
         return " or ".join(_type_name(h) for h in typing.get_args(hint))
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(hint, "null")
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+            dict: "a mapping of names to values"}.get(hint, "null")
 
 
 # ---------------------------------------------------------------- command line
@@ -160,19 +167,94 @@ def batch_size_arg(text: str) -> int | str:
     return "auto" if text == "auto" else _number(int, 0, inclusive=False, also="or auto")(text)
 
 
+def fraction_arg(text: str) -> float:
+    value = _number(float, 0, inclusive=False, also="up to 1")(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number up to 1, got '{text}'")
+    return value
+
+
+def boolean(text: str) -> bool:
+    """A switch's value, for `--compile=True` as a W&B sweep writes a boolean parameter."""
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+# One KEY=VALUE, or several in one argument separated by spaces ("cell=rnn hidden_size=64", as one
+# W&B sweep value holds them); a value may hold spaces itself: "widths=(16, 32)".
+_KWARG = re.compile(r"\s+(?=[A-Za-z_]\w*=)")
+_LITERALS = (bool, int, float, str, type(None))
+
+
+def parse_model_kwargs(items: list[str]) -> dict:
+    """{name: value} of --model-kwargs KEY=VALUE ...: each value read as a Python literal (an int, a
+    float, True/False, None, a quoted string, or a tuple of them, kept as a list, as JSON keeps it), and
+    as a plain string where it is none (activation=tanh). ValueError for a malformed item."""
+    kwargs = {}
+    for item in (part for text in items for part in _KWARG.split(text.strip()) if part):
+        key, eq, text = item.partition("=")
+        if not eq or not key.isidentifier():
+            raise ValueError(f"--model-kwargs takes KEY=VALUE items, got '{item}'")
+        if key in kwargs:
+            raise ValueError(f"--model-kwargs gives {key} twice")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        if isinstance(value, (tuple, list)) and all(isinstance(v, _LITERALS) for v in value):
+            value = list(value)
+        elif not isinstance(value, _LITERALS):
+            raise ValueError(f"--model-kwargs {item}: a value is a number, True, False, None, a string, or a "
+                             f"tuple of them")
+        kwargs[key] = value
+    return kwargs
+
+
+def describe_kwargs(kwargs: dict) -> str:
+    """activation=tanh, widths=(16, 32): model arguments as a flavor column and a log line show them."""
+    show = lambda v: f"({', '.join(map(repr, v))})" if isinstance(v, list) else v if isinstance(v, str) else repr(v)
+    return ", ".join(f"{k}={show(v)}" for k, v in kwargs.items())
+
+
+class _ModelKwargs(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            given = parse_model_kwargs(values)
+        except ValueError as e:
+            raise argparse.ArgumentError(self, str(e)) from None
+        earlier = getattr(namespace, self.dest, {})
+        twice = sorted(earlier.keys() & given.keys())
+        if twice:
+            raise argparse.ArgumentError(self, f"--model-kwargs gives {twice[0]} twice")
+        setattr(namespace, self.dest, earlier | given)
+
+
+def _switch(p: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """A boolean flag: `--flag` alone, or `--flag=true` / `--flag=false` (what W&B's ${args} writes)."""
+    p.add_argument(flag, nargs="?", const=True, type=boolean, metavar="BOOL", help=help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every flag defaults to 'not given', so the paper's defaults can fill what the user left out."""
     p = _Parser(prog="train.py", description="Train a paper's model with the shared trainer.",
                 argument_default=argparse.SUPPRESS, allow_abbrev=False)
-    p.add_argument("--list", action="store_true", help="list the papers and exit")
+    _switch(p, "--list", help="list the papers and exit")
     p.add_argument("--paper", help="which paper (see --list)")
     p.add_argument("--flavor", help="model flavor; 'tiny' (default) or the paper's own sizes")
     p.add_argument("--init", metavar="REF", help="start from a reference model's pretrained weights: timm:NAME, "
                    "torchvision:NAME, or either as SOURCE:NAME@FILE (it takes the place of --flavor)")
+    p.add_argument("--model-kwargs", nargs="+", action=_ModelKwargs, metavar="KEY=VALUE",
+                   help="override the flavor's constructor arguments, each value a Python literal or a plain "
+                        "string (activation=tanh shortcut=none hidden_size=64)")
     p.add_argument("--dataset", help="dataset name; the paper's default if left out")
     p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder)")
-    p.add_argument("--download", action="store_true",
-                   help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/) first")
+    _switch(p, "--download", help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/) first")
+    p.add_argument("--train-fraction", type=fraction_arg, metavar="F",
+                   help="train on a fixed share F of the training split (the same samples for every seed; "
+                        "a smaller share is part of a larger one); the test split is whole")
     p.add_argument("--image-size", type=positive_int, help="resize images to N x N (real image data sets)")
     p.add_argument("--pad-multiple", type=positive_int, help="round padded sizes up to a multiple of N")
     p.add_argument("--bucketing", choices=BUCKETING, help="size: batch samples of similar size together")
@@ -184,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=OPTIMIZERS)
     p.add_argument("--lr", type=positive_float, help="peak learning rate")
     p.add_argument("--momentum", type=non_negative_float, help="sgd's and rmsprop's momentum")
-    p.add_argument("--nesterov", action="store_true", help="sgd with Nesterov momentum")
+    _switch(p, "--nesterov", help="sgd with Nesterov momentum")
     p.add_argument("--weight-decay", type=non_negative_float)
     p.add_argument("--warmup-steps", type=non_negative_int)
     p.add_argument("--lr-scaling", choices=LR_SCALINGS,
@@ -198,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
     p.add_argument("--label-smoothing", type=non_negative_float)
     p.add_argument("--block-size", type=positive_int, help="language modeling: tokens a sample reads (default 128)")
+    p.add_argument("--seq-len", type=positive_int, metavar="T",
+                   help="generated sequences (adding-1997): the minimal length T (default 100)")
     p.add_argument("--tokenizer", choices=TOKENIZERS, help="language modeling: char (default), or bpe: a byte-level "
                    "BPE trained on the training split, saved in the run directory as tokenizer.json")
     p.add_argument("--vocab-size", type=positive_int, help=f"--tokenizer bpe: its vocabulary, 256 bytes and the merges "
@@ -213,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
     p.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    _switch(p, "--compile", help="torch.compile the model")
     p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode (with --compile)")
     p.add_argument("--compile-backend", choices=COMPILE_BACKENDS, help="torch.compile backend (with --compile)")
     p.add_argument("--out", help="run directory (must not hold a run yet)")
@@ -265,8 +349,7 @@ RERUNNABLE = {"out", "wandb", "wandb_project", "results_dir"}
 def resolve_rerun(flags: dict) -> tuple[TrainConfig, str | None]:
     """The config of a finished run (by run id or run directory) for a new run, and a warning
     when this checkout's commit differs from the one the run was made at."""
-    from common.leaderboard import find_result
-    from common.tracking import git_commit
+    from common.tracking import find_result, git_commit
 
     run = flags.pop("rerun")
     fixed = sorted(set(flags) - RERUNNABLE)
@@ -338,6 +421,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(str(e)) from None
     if cfg.init is None and cfg.flavor not in spec.flavors:
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
+    _check_model_kwargs(spec, cfg)
     spec = spec.for_flavor(cfg.flavor)
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
@@ -357,6 +441,11 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     for name in ("weight_decay", "warmup_steps", "label_smoothing", "clip_grad", "seed", "num_workers", "profile"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    if not 0 < cfg.train_fraction <= 1:
+        raise ConfigError(f"train_fraction must be above 0 and at most 1, got {cfg.train_fraction}")
+    if cfg.seq_len is not None and "seq_len" not in data.options:
+        takes = ", ".join(name for name, d in DATASETS.items() if "seq_len" in d.options)
+        raise ConfigError(f"--seq-len sets the length of generated sequences ({takes}); {data.name} has its own")
     if cfg.label_smoothing >= 1:
         raise ConfigError(f"label_smoothing must be below 1, got {cfg.label_smoothing}")
     if (cfg.beam != 1 or cfg.length_penalty) and data.task != "seq2seq":
@@ -423,10 +512,13 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
                           f"(variable-size data sets: {variable_sets})")
     try:
         with torch.device("meta"):  # builds nothing real: catches a flavor that cannot take the dataset
-            model = build_model(spec, cfg.flavor, cfg.init, facts)
+            model = build_model(spec, cfg.flavor, cfg.init, facts, cfg.model_kwargs)
     except ConfigError:
         raise
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
+        if cfg.model_kwargs:
+            raise ConfigError(f"{spec.name} {cfg.flavor} with --model-kwargs {describe_kwargs(cfg.model_kwargs)}: "
+                              f"{' '.join(str(e).split())}") from None
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
     multiple = getattr(model, "input_multiple", 1)
     if variable and facts.get("size_multiple", 1) % multiple:
@@ -444,6 +536,22 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"--out {cfg.out} is a file, not a folder; choose a new folder")
         if (out / "config.json").exists() and not resuming:
             raise ConfigError(f"--out {cfg.out} already holds a run; choose a new folder")
+
+
+def _check_model_kwargs(spec, cfg: TrainConfig) -> None:
+    """--model-kwargs names arguments of the flavor's model class, not ones the data set sets."""
+    if not cfg.model_kwargs:
+        return
+    if cfg.init is not None:
+        raise ConfigError(f"--model-kwargs changes a flavor's arguments, but --init {cfg.init} builds the "
+                          f"reference's architecture; leave out one of them")
+    takes, model = spec.model_arguments(cfg.flavor), spec.for_flavor(cfg.flavor).model.__name__
+    for key in cfg.model_kwargs:
+        if key in spec.for_flavor(cfg.flavor).data_kwargs:
+            raise ConfigError(f"--model-kwargs {key}: {model} takes {key} from the data set, not from the command line")
+        if takes is not None and key not in takes:
+            raise ConfigError(f"--model-kwargs {key}: {model} ({spec.name} {cfg.flavor}) has no argument '{key}'; "
+                              f"its arguments: {', '.join(takes)}")
 
 
 def _fixed_size_fix(spec, data) -> str:

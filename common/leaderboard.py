@@ -1,15 +1,23 @@
-"""Rank finished runs: one table per (task, dataset), best first.
+"""Rank finished runs: one table per (task, dataset), best first; or a sweep's combinations over seeds.
 
     python -m common.leaderboard [--paper P] [--dataset D] [--best-only] [--format table|markdown|csv|json]
     python -m common.leaderboard --format markdown --best-only --write README.md
+    python -m common.leaderboard --group-seeds [--paper P] [--dataset D]
+    python -m common.leaderboard --sweep NAME [--metric M | --reach 'CURVE<=V'] [--versus PARAM]
+    python -m common.leaderboard --sweep NAME --plot sweep.png [--curve train/error]
     python -m common.leaderboard --source wandb --project ENTITY/PROJECT
     python -m common.leaderboard --plot curves.png --runs RUN_ID ...
     python -m common.leaderboard --plot points.png --dataset D [--epochs N]
 
 Results come from the local store (results/, one JSON file per finished run,
 written by the trainer) or from a wandb project's finished runs, whose
-summaries hold the same fields. --write replaces only the lines between
-`<!-- leaderboard:start -->` and `<!-- leaderboard:end -->` in a file.
+summaries hold the same fields. The ranking tables leave out the runs of
+sweeps (common.sweep), which are one experiment's parts: `--sweep NAME` shows
+one sweep, a row per combination with the mean, standard deviation, n and 95%
+interval over its seeds (common.seeds), and `--include-sweeps` ranks them with
+the others. --write replaces only the lines between `<!-- leaderboard:start -->`
+and `<!-- leaderboard:end -->` in a file (for a sweep, `<!-- leaderboard:NAME:start -->`
+and `<!-- leaderboard:NAME:end -->`).
 """
 
 import argparse
@@ -19,9 +27,12 @@ import json
 import sys
 from pathlib import Path
 
+from common import seeds
+from common.config import describe_kwargs
 from common.data.text import BPE_VOCAB_SIZE
 from common.errors import ConfigError
 from common.tasks import TASKS
+from common.tracking import find_result
 
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
 COLUMNS = ["rank", "paper", "flavor", "metric", "params", "strategy", "precision", "compile", "samples/s", "wall",
@@ -57,19 +68,6 @@ def wandb_results(project: str, api=None) -> list[dict]:
     return results
 
 
-def find_result(run: str, results_dir: str | Path) -> tuple[dict, Path]:
-    """(result, run directory) of a finished run, by its run id (in the store) or its run directory."""
-    path = Path(run)
-    if (path / "result.json").is_file():
-        return json.loads((path / "result.json").read_text()), path
-    entry = Path(results_dir) / f"{run}.json"
-    if entry.is_file():
-        result = json.loads(entry.read_text())
-        return result, Path(result["run_dir"])
-    raise ConfigError(f"no finished run '{run}': neither a run directory with result.json nor an entry in "
-                      f"{results_dir}/ (see python -m common.leaderboard)")
-
-
 # ---------------------------------------------------------------- ranking
 
 
@@ -78,13 +76,15 @@ def higher_is_better(result: dict) -> bool:
 
 
 def rank(results: list[dict], paper: str | None = None, dataset: str | None = None,
-         best_only: bool = False, epochs: int | None = None) -> dict[tuple[str, str], list[dict]]:
+         best_only: bool = False, epochs: int | None = None,
+         include_sweeps: bool = False) -> dict[tuple[str, str], list[dict]]:
     """{(task, dataset): results best first}; with best_only, each paper's best run; with epochs,
-    only the runs of that many epochs (to compare papers trained alike)."""
+    only the runs of that many epochs (to compare papers trained alike); sweeps' runs only with
+    include_sweeps."""
     tables: dict[tuple[str, str], list[dict]] = {}
     for r in results:
         if (paper and r["paper"] != paper) or (dataset and r["dataset"] != dataset) or (
-                epochs and r.get("epochs") != epochs):
+                epochs and r.get("epochs") != epochs) or (r.get("sweep") and not include_sweeps):
             continue
         tables.setdefault((r["task"], r["dataset"]), []).append(r)
     for key, rows in tables.items():
@@ -104,12 +104,18 @@ def tokenizer(r: dict) -> str:
     return f"{config['tokenizer']} {config.get('vocab_size') or BPE_VOCAB_SIZE}"
 
 
+def flavor(r: dict) -> str:
+    """The flavor, with what changed it: "tiny, activation=tanh", "tiny, bpe 1024"."""
+    kwargs = describe_kwargs((r.get("config") or {}).get("model_kwargs") or {})
+    return ", ".join(filter(None, (r["flavor"], tokenizer(r), kwargs)))
+
+
 def cells(position: int, r: dict) -> dict[str, str]:
     world = r.get("world_size", 1)
     return {
         "rank": str(position),
         "paper": r["paper"],
-        "flavor": ", ".join(filter(None, (r["flavor"], tokenizer(r)))),
+        "flavor": flavor(r),
         "metric": ", ".join([f"{r['metric']} {r['final']:.4g}"] + [
             f"{name.replace('_', ' ')} {r['final_metrics'][name]:.4g}" for name in getattr(TASKS.get(r["task"]), "beside", ())
             if name in r.get("final_metrics", {})]),
@@ -157,14 +163,219 @@ def render(tables: dict, fmt: str) -> str:
     return out.getvalue().rstrip("\n") + "\n"
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace what stands between the leaderboard markers of a file; the rest is kept byte for byte."""
+def markers(name: str | None = None) -> tuple[str, str]:
+    """The lines a section lies between: the leaderboard's, or a named one's (a sweep's)."""
+    return (START, END) if name is None else (f"<!-- leaderboard:{name}:start -->", f"<!-- leaderboard:{name}:end -->")
+
+
+def write_section(path: Path, text: str, name: str | None = None) -> None:
+    """Replace what stands between the (named) leaderboard markers of a file; the rest is kept byte for byte."""
+    start, end = markers(name)
     content = path.read_text()
-    if content.count(START) != 1 or content.count(END) != 1 or content.index(START) > content.index(END):
-        raise ConfigError(f"{path} needs one '{START}' line and, after it, one '{END}' line")
-    head, rest = content.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n{text.rstrip()}\n{END}{tail}")
+    if content.count(start) != 1 or content.count(end) != 1 or content.index(start) > content.index(end):
+        raise ConfigError(f"{path} needs one '{start}' line and, after it, one '{end}' line")
+    head, rest = content.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{start}\n{text.rstrip()}\n{end}{tail}")
+
+
+# ---------------------------------------------------------------- over seeds
+
+
+def _number(x: float) -> str:
+    return "n/a" if x != x else f"{x:.4g}"
+
+
+def _spread(s: seeds.Summary) -> tuple[str, str]:
+    """"mean ± std" and "[low, high]" of a summary (the mean alone, and "n/a", for one value)."""
+    mean = _number(s.mean) if s.n < 2 else f"{_number(s.mean)} ± {s.std:.2g}"
+    return mean, "n/a" if s.n < 2 else f"[{_number(s.low)}, {_number(s.high)}]"
+
+
+def _write_table(out: io.StringIO, rows: list[dict[str, str]], fmt: str) -> None:
+    columns = list(rows[0])
+    if fmt == "markdown":
+        out.write("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n")
+        for c in rows:
+            out.write("| " + " | ".join(c.values()) + " |\n")
+    else:
+        widths = {k: max(len(k), *(len(c[k]) for c in rows)) for k in columns}
+        out.write("  ".join(k.ljust(widths[k]) for k in columns).rstrip() + "\n")
+        for c in rows:
+            out.write("  ".join(c[k].ljust(widths[k]) for k in columns).rstrip() + "\n")
+
+
+def group_seeds(tables: dict[tuple[str, str], list[dict]]) -> dict[tuple[str, str], list[list[dict]]]:
+    """Each table's runs grouped by configuration (common.seeds.configuration: all but the seed and how
+    they ran), the groups best first by their mean."""
+    grouped = {}
+    for key, rows in tables.items():
+        groups: dict[str, list[dict]] = {}
+        for r in rows:
+            groups.setdefault(seeds.configuration(r), []).append(r)
+        sign = -1 if higher_is_better(rows[0]) else 1
+        grouped[key] = sorted(groups.values(), key=lambda g: sign * seeds.summarize([r["final"] for r in g]).mean)
+    return grouped
+
+
+def render_groups(grouped: dict[tuple[str, str], list[list[dict]]], fmt: str) -> str:
+    """One row per configuration: the metric's mean ± std over its runs, n, and the 95% interval."""
+    out = io.StringIO()
+    for (task, dataset), groups in grouped.items():
+        rows = []
+        for i, g in enumerate(groups, 1):
+            r, s = g[0], seeds.summarize([x["final"] for x in g])
+            mean, interval = _spread(s)
+            rows.append({"rank": str(i), "paper": r["paper"], "flavor": flavor(r), "metric": f"{r['metric']} {mean}",
+                         "n": str(s.n), "95% interval": interval, "params": f"{r['params']:,}",
+                         "samples/s": f"{sum(x['samples_per_s'] for x in g) / len(g):,.0f}",
+                         "wall": f"{sum(x['wall_s'] for x in g) / len(g):.0f} s",
+                         "commit": ", ".join(sorted({(x.get("commit") or "")[:7] for x in g}))})
+        better = "higher" if higher_is_better(groups[0][0]) else "lower"
+        title = f"{dataset} ({task}, {groups[0][0]['metric']}, {better} is better; mean ± std over seeds)"
+        out.write(f"**{title}**\n\n" if fmt == "markdown" else f"{title}\n")
+        _write_table(out, rows, fmt)
+        out.write("\n")
+    return out.getvalue().rstrip("\n") + "\n"
+
+
+class Measure:
+    """What number each run of a sweep gives: a final metric (--metric), a curve's last value, or the
+    epochs it took to reach a target (--reach); and which way is better."""
+
+    def __init__(self, metric: str | None = None, reach: str | None = None):
+        if metric and reach:
+            raise ConfigError("--metric and --reach each name what a run is scored by; give one")
+        self.metric, self.reach = metric, seeds.parse_reach(reach) if reach else None
+
+    def label(self, r: dict) -> str:
+        if self.reach:
+            key, op, target = self.reach
+            return f"epochs to {key} {op} {target:g}"
+        return self.metric or r["metric"]
+
+    def lower_is_better(self, r: dict) -> bool:
+        if self.reach:
+            return True
+        return not higher_is_better(r) if self.metric in (None, r["metric"]) else seeds.lower_is_better(self.metric)
+
+    def __call__(self, r: dict) -> float | None:
+        return seeds.reach(r, *self.reach) if self.reach else seeds.value(r, self.metric)
+
+
+def sweep_runs(results: list[dict], name: str) -> tuple[list[dict], dict]:
+    """A sweep's runs, and the parameters that have one value in all of them (shown once, not per row)."""
+    runs = [r for r in results if (r.get("sweep") or {}).get("name") == name]
+    if not runs:
+        names = sorted({r["sweep"]["name"] for r in results if r.get("sweep")})
+        raise ConfigError(f"no runs of a sweep named '{name}' in the results; sweeps there: {', '.join(names) or 'none'}")
+    params = [r["sweep"].get("combination", {}) for r in runs]
+    fixed = {k: v for k, v in params[0].items() if k != "seed" and all(p.get(k, k) == v for p in params)}
+    return runs, fixed
+
+
+def sweep_groups(results: list[dict], name: str, measure: Measure) -> list[tuple[dict, list[dict], list[float]]]:
+    """(combination without the seed and the fixed parameters, its runs, their numbers) of a sweep, best
+    first by the mean number."""
+    runs, fixed = sweep_runs(results, name)
+    groups: dict[str, tuple[dict, list[dict]]] = {}
+    for r in runs:
+        params = {k: v for k, v in seeds.combination(r).items() if k not in fixed}
+        groups.setdefault(json.dumps(params, sort_keys=True), (params, []))[1].append(r)
+    out = [(params, rs, [v for v in map(measure, rs) if v is not None]) for params, rs in groups.values()]
+    sign = 1 if measure.lower_is_better(runs[0]) else -1
+    return sorted(out, key=lambda g: (not g[2], sign * seeds.summarize(g[2]).mean if g[2] else 0))
+
+
+def render_sweep(groups: list, measure: Measure, fmt: str) -> str:
+    """One row per combination: the number's mean ± std over its seeds, n, the 95% interval (and with
+    --reach, how many runs reached the target), the final metric beside another number, size and wall time."""
+    first = groups[0][1][0]
+    label, rows = measure.label(first), []
+    for i, (params, runs, values) in enumerate(groups, 1):
+        mean, interval = _spread(seeds.summarize(values)) if values else ("never", "n/a")
+        row = {"rank": str(i), "combination": seeds.describe(params), label: mean, "n": str(len(values)),
+               "95% interval": interval}
+        if measure.reach:
+            row["reached"] = f"{len(values)} of {len(runs)}"
+        if label != first["metric"]:
+            row[f"final {first['metric']}"] = _spread(seeds.summarize([r["final"] for r in runs]))[0]
+        row |= {"params": f"{runs[0]['params']:,}", "wall": f"{sum(r['wall_s'] for r in runs) / len(runs):.0f} s"}
+        rows.append(row)
+    out = io.StringIO()
+    _write_table(out, rows, fmt)
+    return out.getvalue()
+
+
+def versus(groups: list, param: str, measure: Measure, fmt: str) -> str:
+    """For each value of one parameter, its best combination (the other parameters tuned for it, as a
+    paper tunes each network's rate), best first, each against the next: the difference of their means
+    and the ratio of their geometric means (the larger over the smaller number's way), with 95%
+    intervals (Welch)."""
+    best: dict[str, tuple] = {}
+    for params, runs, values in groups:  # best first already: the first of each value is its best
+        if param not in params:
+            raise ConfigError(f"--versus {param}: the sweep's parameters are {', '.join(params) or 'only the seed'}")
+        if values:
+            best.setdefault(str(params[param]), (params, values))
+    lower, label, rows = measure.lower_is_better(groups[0][1][0]), measure.label(groups[0][1][0]), []
+    ranked = list(best.items())
+    for i, (value, (params, values)) in enumerate(ranked):
+        s = seeds.summarize(values)
+        row = {param: value, "with": seeds.describe({k: v for k, v in params.items() if k != param}),
+               label: f"{_spread(s)[0]} (n {s.n})", "against": "", "difference [95%]": "", "ratio [95%]": ""}
+        if i + 1 < len(ranked):
+            other = ranked[i + 1][1][1]
+            d, lo, hi = seeds.welch(values, other)
+            q = seeds.ratio(other, values) if lower else seeds.ratio(values, other)
+            row |= {"against": ranked[i + 1][0], "difference [95%]": f"{d:+.4g} [{_number(lo)}, {_number(hi)}]",
+                    "ratio [95%]": f"{q[0]:.3g} [{_number(q[1])}, {_number(q[2])}]" if q else "n/a"}
+        rows.append(row)
+    out = io.StringIO()
+    _write_table(out, rows, fmt)
+    return out.getvalue()
+
+
+def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str) -> None:
+    """Left: each combination's number, its seeds as dots and the 95% interval of their mean; right: the
+    curve `curve` of each combination against the epoch, the mean of its seeds with a band of one
+    standard deviation (the runs' common steps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.5 * len(groups) + 3.2),
+                                      gridspec_kw={"width_ratios": [1, 1.3]})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (params, runs, values) in enumerate(groups):
+        color, label = colors[i % len(colors)], seeds.describe(params)
+        y = len(groups) - 1 - i
+        if values:
+            s = seeds.summarize(values)
+            left.scatter(values, [y] * len(values), s=14, color=color, alpha=0.5)
+            left.errorbar([s.mean], [y], xerr=[[s.mean - s.low], [s.high - s.mean]] if s.n > 1 else None,
+                          fmt="o", color=color, capsize=4)
+        curves = [dict(seeds.series(r, curve)) for r in runs]
+        steps = sorted(set.intersection(*(set(c) for c in curves))) if all(curves) else []
+        if steps:
+            per_epoch = runs[0].get("steps_per_epoch") or runs[0]["steps"] / runs[0]["epochs"]
+            ys = np.array([[c[t] for t in steps] for c in curves])
+            x, mean, std = np.array(steps) / per_epoch, ys.mean(0), ys.std(0, ddof=1) if len(ys) > 1 else 0 * ys[0]
+            right.plot(x, mean, color=color, label=f"{label} (n {len(ys)})")
+            right.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
+    left.set_yticks(range(len(groups)), [seeds.describe(g[0]) for g in reversed(groups)], fontsize=8)
+    left.set(xlabel=f"{measure.label(groups[0][1][0])} (dots: seeds; bars: 95% interval)")
+    left.grid(alpha=0.3)
+    if measure.reach and measure.reach[0] == curve:
+        right.axhline(measure.reach[2], color="gray", linestyle=":", linewidth=1)
+    right.set(xlabel="epoch", ylabel=curve, title=f"{curve}: mean of the seeds, band one std")
+    right.legend(fontsize=7)
+    right.grid(alpha=0.3)
+    fig.suptitle(f"sweep {name}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
 
 
 def plot(out: Path, runs: list[str], results_dir: str | Path) -> None:
@@ -219,7 +430,7 @@ def scatter(out: Path, tables: dict[tuple[str, str], list[dict]]) -> None:
     fig.savefig(out, dpi=120)
 
 
-def main(argv: list[str] | None = None, api=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.leaderboard", description="Rank finished runs.")
     p.add_argument("--source", choices=("local", "wandb"), default="local")
     p.add_argument("--results-dir", default="results", help="the local results store")
@@ -228,16 +439,53 @@ def main(argv: list[str] | None = None, api=None) -> int:
     p.add_argument("--dataset")
     p.add_argument("--best-only", action="store_true", help="each paper's best run")
     p.add_argument("--epochs", type=int, help="only runs of this many epochs (papers trained alike)")
+    p.add_argument("--include-sweeps", action="store_true", help="rank the runs of sweeps with the others")
+    p.add_argument("--group-seeds", action="store_true",
+                   help="one row per configuration: mean ± std over its seeds, n and the 95%% interval")
+    p.add_argument("--sweep", metavar="NAME", help="one sweep's combinations, each over its seeds")
+    p.add_argument("--metric", help="with --sweep: score runs by another final metric (correct, map_50) or a "
+                                    "curve's last value (train/epoch_accuracy; X/error is 1 - X/accuracy)")
+    p.add_argument("--reach", metavar="CURVE<=VALUE",
+                   help="with --sweep: score runs by the epochs they took to reach a target on a curve, e.g. "
+                        "'train/error<=0.25' (or >=)")
+    p.add_argument("--versus", metavar="PARAM",
+                   help="with --sweep: each value of PARAM at its best setting of the others, against the next, "
+                        "with the difference and ratio and their 95%% intervals")
+    p.add_argument("--curve", default="train/loss", help="with --sweep --plot: the curve drawn (default train/loss)")
     p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table")
-    p.add_argument("--write", type=Path, help="replace the leaderboard section of this file")
+    p.add_argument("--write", type=Path, help="replace the leaderboard section of this file (a sweep's own section "
+                                              "with --sweep)")
     p.add_argument("--plot", type=Path,
-                   help="draw into this image: with --runs, their loss and metric curves; without, one table's "
-                        "runs as points, the metric against parameters and against training samples/s")
+                   help="draw into this image: with --runs, their loss and metric curves; with --sweep, the sweep; "
+                        "else one table's runs as points, the metric against parameters and against training "
+                        "samples/s")
     p.add_argument("--runs", nargs="+", default=[], help="run ids or run directories, with --plot")
-    args = p.parse_args(argv)
+    return p
+
+
+def sweep_main(args, results: list[dict]) -> str | None:
+    """--sweep NAME: its table (and --versus's), or with --plot its figure; returns the text to print or write."""
+    if args.format in ("csv", "json"):
+        raise ConfigError("--sweep writes a table or markdown")
+    measure = Measure(args.metric, args.reach)
+    groups = sweep_groups(results, args.sweep, measure)
+    if args.plot:
+        plot_sweep(args.plot, args.sweep, groups, measure, args.curve)
+        return None
+    fixed = seeds.describe(sweep_runs(results, args.sweep)[1])
+    text = f"Sweep {args.sweep}: {fixed}; over seeds.\n\n" + render_sweep(groups, measure, args.format)
+    if args.versus:
+        text += "\n" + versus(groups, args.versus, measure, args.format)
+    return text
+
+
+def main(argv: list[str] | None = None, api=None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.runs and not args.plot:
             raise ConfigError("--runs goes with --plot FILE")
+        if (args.metric or args.reach or args.versus) and not args.sweep:
+            raise ConfigError("--metric, --reach and --versus score a sweep's runs: add --sweep NAME")
         if args.plot and args.runs:
             plot(args.plot, args.runs, args.results_dir)
             print(f"wrote {args.plot}")
@@ -245,18 +493,22 @@ def main(argv: list[str] | None = None, api=None) -> int:
         if args.source == "wandb" and not args.project:
             raise ConfigError("--source wandb needs --project ENTITY/PROJECT")
         results = wandb_results(args.project, api) if args.source == "wandb" else local_results(args.results_dir)
-        tables = rank(results, args.paper, args.dataset, args.best_only, args.epochs)
-        if args.plot:
-            scatter(args.plot, tables)
+        if args.sweep:
+            text = sweep_main(args, results)
+        else:
+            tables = rank(results, args.paper, args.dataset, args.best_only, args.epochs, args.include_sweeps)
+            if args.plot:
+                scatter(args.plot, tables)
+            text = None if args.plot else (render_groups(group_seeds(tables), args.format) if args.group_seeds
+                                           else render(tables, args.format))
+        if text is None:
             print(f"wrote {args.plot}")
-            return 0
-        text = render(tables, args.format)
-        if args.write:
-            write_section(args.write, text)
-            print(f"wrote the leaderboard section of {args.write}")
+        elif args.write:
+            write_section(args.write, text, args.sweep)
+            print(f"wrote the {'sweep ' + args.sweep if args.sweep else 'leaderboard'} section of {args.write}")
         else:
             print(text, end="")
-    except ConfigError as e:
+    except (ConfigError, ValueError) as e:
         print(f"leaderboard: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -215,9 +215,10 @@ def architecture_name(init: str) -> str:
     return f"{source}:{name}"
 
 
-def build_model(spec, flavor: str, init: str | None, facts: dict) -> nn.Module:
-    """The model a run trains: the flavor's, or with --init the reference's architecture (random
-    weights, nothing downloaded or read: `reference_model(..., weights=False)`)."""
+def build_model(spec, flavor: str, init: str | None, facts: dict, model_kwargs: dict | None = None) -> nn.Module:
+    """The model a run trains: the flavor's (with `model_kwargs`, --model-kwargs, over its arguments), or
+    with --init the reference's architecture (random weights, nothing downloaded or read:
+    `reference_model(..., weights=False)`)."""
     if init is None:
-        return spec.build_for_data(flavor, facts)
+        return spec.build_for_data(flavor, facts, model_kwargs)
     return reference_model(spec, init, facts, weights=False)[0]

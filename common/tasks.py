@@ -48,6 +48,7 @@ class Task:
     metric = ""  # the metric that ranks runs and picks the best epoch; metrics() holds it and "loss"
     higher_is_better = True
     beside: tuple[str, ...] = ()  # metrics the leaderboard shows beside the ranking one
+    train_metric: str | None = None  # scored on the training batches as they are trained (train/<name>)
 
     def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0):
         self.facts, self.label_smoothing = facts or {}, label_smoothing
@@ -67,6 +68,10 @@ class Task:
 
     def update(self, metrics: MetricCollection, outputs, targets) -> None:
         """Add one evaluated batch to the metrics."""
+        raise NotImplementedError
+
+    def train_counts(self, outputs, targets) -> torch.Tensor:
+        """(hits, samples) of a training batch, for `train_metric`: float64 on the outputs' device."""
         raise NotImplementedError
 
     def build_metrics(self, device: torch.device) -> MetricCollection:
@@ -94,11 +99,18 @@ class Classification(Task):
     kind = "classification"
     metric = "accuracy"
     higher_is_better = True
+    train_metric = "accuracy"  # the training error of the papers' curves is 1 minus it
 
     def loss(self, logits, targets: torch.Tensor) -> torch.Tensor:
         if isinstance(logits, dict):  # the main classifier and the weighted auxiliary ones
             return self.loss(logits["logits"], targets) + sum(w * self.loss(a, targets) for a, w in logits["aux"])
         return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
+
+    @torch.no_grad()
+    def train_counts(self, logits, targets: torch.Tensor) -> torch.Tensor:
+        logits = logits["logits"] if isinstance(logits, dict) else logits  # the main classifier's
+        hits = (logits.argmax(-1) == targets).sum()
+        return torch.stack([hits, hits.new_tensor(targets.numel())]).double()
 
     def metrics(self) -> dict[str, Metric]:
         # in float64, so that correct / count is exact, as it is counted
@@ -112,11 +124,14 @@ class Classification(Task):
 
 
 class Regression(Task):
-    """Mean squared error against a scalar target; the model's head has one output. Lower is better."""
+    """Mean squared error against a scalar target; the model's head has one output. Lower is better.
+    Where a data set states a tolerance (facts["tolerance"]: the 1997 adding problem's 0.04), also the
+    share of samples "processed correctly", within it ("correct")."""
 
     kind = "regression"
     metric = "mse"
     higher_is_better = False
+    beside = ("correct",)
 
     @staticmethod
     def _pair(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,12 +141,21 @@ class Regression(Task):
         return F.mse_loss(*self._pair(outputs, targets))
 
     def metrics(self) -> dict[str, Metric]:
-        return {"mse": MeanSquaredError().set_dtype(torch.float64), "loss": MeanSquaredError().set_dtype(torch.float64)}
+        metrics = {"mse": MeanSquaredError().set_dtype(torch.float64), "loss": MeanSquaredError().set_dtype(torch.float64)}
+        if "tolerance" in self.facts:
+            metrics["correct"] = MeanMetric().set_dtype(torch.float64)
+        return metrics
 
     def update(self, metrics: MetricCollection, outputs: torch.Tensor, targets: torch.Tensor) -> None:
         pair = self._pair(outputs, targets)
         metrics["mse"].update(*pair)
         metrics["loss"].update(*pair)
+        if "tolerance" in self.facts:
+            metrics["correct"].update(((pair[0] - pair[1]).abs() < self.facts["tolerance"]).double())
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        correct = f", correct {metrics['correct']:.4g}" if "correct" in metrics else ""
+        return super().describe(metrics) + correct
 
 
 class Detection(Task):

@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 
 import torch
 
+from common.errors import ConfigError
+
 
 def has_api_key() -> bool:
     """True when wandb could log in without asking: WANDB_API_KEY, or a netrc entry for its host."""
@@ -46,9 +48,11 @@ class Tracker:
         run_dir: the run directory; wandb's own files go to `run_dir/wandb/`.
         name: the run's display name.
         config: the resolved config, logged as the run's config.
+        group: the wandb group (a sweep's name), or None.
     """
 
-    def __init__(self, mode: str, project: str, run_dir: Path, name: str, config: dict, resume_id: str | None = None):
+    def __init__(self, mode: str, project: str, run_dir: Path, name: str, config: dict, resume_id: str | None = None,
+                 group: str | None = None):
         self.run = None
         self.mode = mode
         self.metrics_file = Path(run_dir) / "metrics.jsonl"
@@ -58,7 +62,7 @@ class Tracker:
             import wandb
 
             self.run = wandb.init(
-                project=project, name=name, dir=str(run_dir), mode=mode, config=config,
+                project=project, name=name, dir=str(run_dir), mode=mode, config=config, group=group,
                 id=resume_id, resume="allow" if resume_id else None,
                 settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
             )
@@ -144,6 +148,27 @@ def git_commit() -> str | None:
     return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+SWEEP_ENV = "PAPER_STUDY_SWEEP"  # set by common.sweep for each run it starts: {"name", "key", "combination"}
+
+
+def sweep_tag() -> dict | None:
+    """The sweep a run belongs to: its name, the key of its combination and the combination's
+    parameters, from what common.sweep sets (SWEEP_ENV), or from a `wandb agent` (its sweep id as
+    the name, the parameters from the file it writes); None for a run outside a sweep."""
+    if os.environ.get(SWEEP_ENV):
+        return json.loads(os.environ[SWEEP_ENV])
+    sweep_id, params = os.environ.get("WANDB_SWEEP_ID"), os.environ.get("WANDB_SWEEP_PARAM_PATH")
+    if not sweep_id:
+        return None
+    combination = {}
+    if params and Path(params).is_file():
+        import yaml
+
+        combination = {k: v.get("value") for k, v in (yaml.safe_load(Path(params).read_text()) or {}).items()
+                       if isinstance(v, dict) and k != "wandb_version"}
+    return {"name": sweep_id, "key": os.environ.get("WANDB_RUN_ID"), "combination": combination}
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -192,3 +217,16 @@ def store_result(result: dict, results_dir: Path) -> Path:
     finally:
         tmp.unlink()
     return final
+
+
+def find_result(run: str, results_dir: str | Path) -> tuple[dict, Path]:
+    """(result, run directory) of a finished run, by its run id (in the store) or its run directory."""
+    path = Path(run)
+    if (path / "result.json").is_file():
+        return json.loads((path / "result.json").read_text()), path
+    entry = Path(results_dir) / f"{run}.json"
+    if entry.is_file():
+        result = json.loads(entry.read_text())
+        return result, Path(result["run_dir"])
+    raise ConfigError(f"no finished run '{run}': neither a run directory with result.json nor an entry in "
+                      f"{results_dir}/ (see python -m common.leaderboard)")

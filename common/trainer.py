@@ -34,7 +34,7 @@ from tqdm import tqdm
 from common import checkpoint, parallel
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
-from common.data import augment, eval_loader, get_dataset, options, train_loader
+from common.data import Share, augment, eval_loader, get_dataset, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import ConfigError
 from common.monitor import DeviceMonitor, short_bytes
@@ -44,7 +44,7 @@ from common.profiling import WARMUP_STEPS, StepProfiler
 from common.tasks import get_task
 from common.throughput import Meter, peak_flops, training_flops
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
-                             resolve_mode, store_result, write_json)
+                             resolve_mode, store_result, sweep_tag, write_json)
 from papers import get_paper
 
 
@@ -134,14 +134,17 @@ class Trainer:
         self.run_dir = Path(cfg.out) if cfg.out else parallel.broadcast_object(default_run_dir(cfg.paper))
         self.state = {"paper": cfg.paper, "flavor": cfg.flavor, "step": 0, "epoch": 0, "samples_in_epoch": 0,
                       "best": None, "history": [], "padding": [0, 0], "elements": 0, "data_wait_seconds": 0.0,
-                      "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None}
+                      "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None, "curves": {}}
         self.last_saved, self.memory, self.graphs_after_first_step = 0, None, None
+        # (hits, samples) of the task's training metric since the last log line, and in this epoch
+        self.window_counts = torch.zeros(2, dtype=torch.float64, device=env.device)
+        self.epoch_counts = torch.zeros_like(self.window_counts)
 
     # ------------------------------------------------------------ build
 
     def new_model(self) -> torch.nn.Module:
         """A fresh model of the config's flavor (or --init's architecture), built for the data set's facts."""
-        return build_model(self.spec, self.cfg.flavor, self.cfg.init, self.facts)
+        return build_model(self.spec, self.cfg.flavor, self.cfg.init, self.facts, self.cfg.model_kwargs)
 
     def build_model(self) -> None:
         torch.manual_seed(self.cfg.seed)  # the same initial weights on every rank and every run
@@ -165,15 +168,23 @@ class Trainer:
         for note in notes:
             print(note, flush=True)
 
-    def forward_loss(self, model, inputs, targets) -> torch.Tensor:
+    def forward_loss(self, model, inputs, targets, counts: torch.Tensor | None = None) -> torch.Tensor:
+        """The training loss of a batch; with `counts`, also adds the batch's (hits, samples) of the
+        task's training metric to it."""
         with autocast(self.cfg.precision, self.env.device):
-            return self.task.loss(self.task.forward(model, inputs, targets), targets)
+            outputs = self.task.forward(model, inputs, targets)
+            loss = self.task.loss(outputs, targets)
+        if counts is not None:
+            counts += self.task.train_counts(outputs, targets)
+        return loss
 
     def build_data(self) -> None:
         """The data sets, the global and per-device batch, the loaders, the run's length, and the
         FLOPs of a step (for MFU)."""
         cfg, env, data = self.cfg, self.env, self.data
         self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
+        if cfg.train_fraction < 1:
+            self.train_set = Share(self.train_set, cfg.train_fraction)
         transform = augment.transform(cfg.augment, self.facts.get("img_size", 0), self.train_set)
         if transform is not None:  # training images only
             self.train_set = augment.Augmented(self.train_set, transform)
@@ -277,7 +288,8 @@ class Trainer:
             print(f"speed: {self.flops_per_sample / 1e9:.4g} GFLOP per sample per training step (counted on one "
                   f"batch); peak {self.peak_source}", flush=True)
         self.tracker = (Tracker(resolve_mode(cfg.wandb), cfg.wandb_project, run_dir, run_dir.name, cfg.to_dict(),
-                                resume_id=wandb_id) if env.is_main else NullTracker())
+                                resume_id=wandb_id, group=(sweep_tag() or {}).get("name"))
+                        if env.is_main else NullTracker())
         self.tracker.summary({"params": self.n_params, "flops_per_sample": self.flops_per_sample,
                               "peak_flops": self.peak})
         self.state["wandb_run_id"] = parallel.broadcast_object(self.tracker.run_id)
@@ -351,10 +363,14 @@ class Trainer:
         loss = torch.zeros((), device=self.env.device)
         for micro in range(cfg.grad_accum):
             inputs, targets = self.next_batch(batches, padding)
+            counts = torch.zeros_like(self.window_counts) if self.task.train_metric else None
             with parallel.gradient_sync(self.model, enabled=micro == cfg.grad_accum - 1):
-                micro_loss = self.forward_loss(self.model, inputs, targets) / cfg.grad_accum
+                micro_loss = self.forward_loss(self.model, inputs, targets, counts) / cfg.grad_accum
                 self.scaler.scale(micro_loss).backward()
             loss += micro_loss.detach()
+            if counts is not None:
+                self.window_counts += counts
+                self.epoch_counts += counts
         if cfg.clip_grad > 0:
             self.scaler.unscale_(self.optimizer)
             parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
@@ -380,13 +396,32 @@ class Trainer:
         row |= {f"device/rank{r}/{k}": v for r, values in enumerate(devices) for k, v in values.items()}
         if self.cfg.compile:
             row["compile/recompiles"] = compiled_graphs() - self.graphs_after_first_step
-        self.tracker.log(row, step=self.state["step"])
+        row |= self.train_score(self.window_counts, "")
+        self.log(row)
         mine = devices[0]
         bar = dict(mem=short_bytes(mine.get("peak_allocated_bytes", mine["peak_rss_bytes"])))
         if "utilization" in mine:
             bar["gpu"] = f"{mine['utilization']:.0f}%"
         self.progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", samples_s=f"{speed['samples_per_s']:.0f}",
                                   mfu=f"{speed['mfu']:.1%}", **bar)
+
+    def log(self, row: dict) -> None:
+        """A row of this step to wandb and metrics.jsonl (rank 0), and to the run's curves (every rank): the
+        training loss, the task's training metric and the evaluated metrics, which result.json keeps."""
+        step, metric = self.state["step"], self.task.train_metric
+        for key, value in row.items():
+            if key.startswith("eval/") or key in ("train/loss", f"train/{metric}", f"train/epoch_{metric}"):
+                self.state.setdefault("curves", {}).setdefault(key, []).append([step, value])
+        self.tracker.log(row, step=step)
+
+    def train_score(self, counts: torch.Tensor, scope: str) -> dict[str, float]:
+        """{"train/<scope><metric>": hits / samples} over every rank's training batches since `counts` was
+        last read, which it then clears; {} for a task without a training metric."""
+        if not self.task.train_metric:
+            return {}
+        hits, samples = parallel.all_reduce_sum(counts.clone()).tolist()
+        counts.zero_()
+        return {f"train/{scope}{self.task.train_metric}": hits / samples} if samples else {}
 
     def end_epoch(self, epoch: int, padding: list[int], seconds: float) -> None:
         """Evaluate, keep the best, log the epoch and save its checkpoint."""
@@ -405,11 +440,10 @@ class Trainer:
         padding = parallel.all_reduce_sum(torch.tensor(padding, dtype=torch.float64, device=self.env.device)).tolist()
         state["padding"] = [a + b for a, b in zip(state["padding"], padding)]
         state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
-        self.tracker.log({f"eval/{k}": v for k, v in metrics.items()}
-                         | {"epoch": epoch + 1, "train/padding_waste": padding[0] / padding[1] if padding[1] else 0.0,
-                            "train/epoch_samples_per_s": self.epoch_rate, "time/train_s": state["train_seconds"],
-                            "time/wall_s": state["wall_seconds"] + time.perf_counter() - self.started},
-                         step=state["step"])
+        self.log({f"eval/{k}": v for k, v in metrics.items()} | self.train_score(self.epoch_counts, "epoch_")
+                 | {"epoch": epoch + 1, "train/padding_waste": padding[0] / padding[1] if padding[1] else 0.0,
+                    "train/epoch_samples_per_s": self.epoch_rate, "time/train_s": state["train_seconds"],
+                    "time/wall_s": state["wall_seconds"] + time.perf_counter() - self.started})
         self.meter.restart()  # evaluation time is not training time
         if self.env.is_main:
             self.progress.write(f"epoch {epoch + 1}/{self.epochs}: {self.task.describe(metrics)}")
@@ -478,7 +512,7 @@ class Trainer:
                     for r, m in enumerate(ranks) if m for k, v in m.items()}
         self.tracker.summary({f"final/{metric}": result["final"], f"best/{metric}": result["best"]} | per_rank
                              | {k: v for k, v in result.items() if k not in ("memory_per_rank", "device_per_rank",
-                                                                              "config")})
+                                                                              "config", "curves")})
         where = self.tracker.finish()
         if self.profiler is not None and self.profiler.done:
             print(f"profile of steps {WARMUP_STEPS + 1} to {WARMUP_STEPS + self.cfg.profile}, operators by self time:\n"
@@ -499,7 +533,8 @@ class Trainer:
             "run_id": self.run_dir.name, "paper": cfg.paper, "flavor": cfg.flavor, "dataset": cfg.dataset,
             "task": self.task.kind, "metric": self.task.metric, "higher_is_better": self.task.higher_is_better,
             "final": state["history"][-1], "best": state["best"][0], "best_epoch": state["best"][1],
-            "final_metrics": state.get("metrics", {}), "params": self.n_params, "epochs": self.epochs, "steps": state["step"], "batch_size": cfg.batch_size,
+            "final_metrics": state.get("metrics", {}), "params": self.n_params, "epochs": self.epochs,
+            "steps": state["step"], "steps_per_epoch": self.steps_per_epoch, "batch_size": cfg.batch_size,
             "strategy": self.strategy, "world_size": self.env.world_size, "precision": cfg.precision,
             "compile": cfg.compile,
             "samples_per_s": state["step"] * cfg.batch_size / seconds,
@@ -515,4 +550,5 @@ class Trainer:
             "device": device_name(self.env.device), "torch": torch.__version__, "commit": git_commit(),
             "wandb_run_id": state["wandb_run_id"], "command": command_line(self.argv), "run_dir": str(self.run_dir),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "config": cfg.to_dict(),
+            "sweep": sweep_tag(), "curves": state.get("curves", {}),
         }

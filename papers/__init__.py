@@ -8,6 +8,7 @@ own model) adds one with `register`.
 
 import dataclasses
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -109,13 +110,25 @@ class PaperSpec:
             raise ValueError(f"unknown flavor '{flavor}' for {self.name}; choose from: {', '.join(self.flavors)}")
         return self.for_flavor(flavor).model(**{**self.flavors[flavor], **overrides})
 
-    def build_for_data(self, flavor: str, facts: dict) -> nn.Module:
-        """The model of one flavor, built for a dataset's facts (see common.data.DatasetSpec)."""
+    def build_for_data(self, flavor: str, facts: dict, model_kwargs: dict | None = None) -> nn.Module:
+        """The model of one flavor, built for a dataset's facts (see common.data.DatasetSpec), with
+        `model_kwargs` over the flavor's arguments (a list, as JSON keeps a tuple, is passed as a tuple)."""
         data_kwargs = self.for_flavor(flavor).data_kwargs
         missing = [k for k in data_kwargs if k not in facts]
         if missing:
             raise ValueError(f"{self.name} needs {', '.join(missing)} from the dataset, which does not give it")
-        return self.build(flavor, **{k: facts[k] for k in data_kwargs})
+        given = {k: tuple(v) if isinstance(v, list) else v for k, v in (model_kwargs or {}).items()}
+        return self.build(flavor, **given, **{k: facts[k] for k in data_kwargs})
+
+    def model_arguments(self, flavor: str) -> list[str] | None:
+        """The constructor arguments of a flavor's model that a run may set (--model-kwargs): all but
+        those the data set gives; None where the model takes any keyword."""
+        spec = self.for_flavor(flavor)
+        params = inspect.signature(spec.model).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return None
+        return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and p.name not in spec.data_kwargs]
 
 
 # Every paper's folder, one line each, in the order `train.py --list` shows them.

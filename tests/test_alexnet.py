@@ -181,3 +181,31 @@ def test_the_papers_recipe_is_one_the_trainer_takes():
     assert (cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.batch_size) == ("sgd", 0.01, 0.9, 5e-4, 128)
     assert (cfg.schedule, cfg.gamma, len(cfg.milestones.split(","))) == ("step", 0.1, 3)  # divided by 10 three times
     assert cfg.augment.startswith("scale:1.1429-1.1429,flip,lighting:0.1")
+
+
+def test_tanh_units_replace_every_relu_but_the_output():
+    """Section 3.1's comparison: activation="tanh" puts f(x) = tanh(x) where the ReLUs were."""
+    torch.manual_seed(0)
+    relu, tanh = PAPER.build("tiny", in_chans=1), PAPER.build("tiny", in_chans=1, activation="tanh")
+    tanh.load_state_dict(relu.state_dict())
+    x = torch.randn(2, 1, 32, 32)
+    assert not torch.allclose(relu.eval()(x), tanh.eval()(x))
+    feats = tanh.forward_features(x)
+    assert feats.abs().max() <= 1  # every convolution's units are tanh, pooled
+    with pytest.raises(ValueError, match="relu, tanh"):
+        PAPER.build("tiny", activation="sigmoid")
+
+
+def test_figure_1s_four_layer_network():
+    """Three 5x5 convolutions (32, 32, 64 maps), each with its activation and a 3x3/2 max pool, and one
+    fully connected layer: 85,098 parameters on 32x32 colour images; the flavor trains on shapes."""
+    spec = PAPER.for_flavor("figure-1")
+    model = spec.build_for_data("figure-1", {"num_classes": 10, "in_chans": 3, "img_size": 32})
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size) for c in convs] == [(32, (5, 5)), (32, (5, 5)), (64, (5, 5))]
+    assert [type(m) for m in model.modules() if isinstance(m, nn.Linear)] == [nn.Linear]
+    assert sum(p.numel() for p in model.parameters()) == 85_098
+    assert model(torch.randn(3, 3, 32, 32)).shape == (3, 10)
+    assert spec.defaults["dataset"] == "shapes" and spec.defaults["weight_decay"] == 0.0  # no regularization
+    tanh = spec.build_for_data("figure-1", {"num_classes": 10, "in_chans": 3, "img_size": 32}, {"activation": "tanh"})
+    assert all(layer.f is torch.tanh for layer in tanh.layers)

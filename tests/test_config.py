@@ -41,6 +41,26 @@ BAD_INPUTS = {
     "unknown augmentation": (["--paper", "vit", "--augment", "crop:4,rotate"], ["rotate", "crop:P", "flip"]),
     "augmenting sequences": (["--paper", "lstm", "--augment", "flip"], ["--augment flip", "digits-rows has sequences"]),
     "unknown optimizer": (["--paper", "vit", "--optimizer", "adam"], ["adam", "adamw", "sgd", "rmsprop"]),
+    "unknown model argument": (["--paper", "alexnet", "--model-kwargs", "activaton=tanh"],
+                               ["activaton", "its arguments", "activation", "widths"]),
+    "model argument the data set sets": (["--paper", "alexnet", "--model-kwargs", "num_classes=3"],
+                                         ["num_classes", "from the data set"]),
+    "model argument value refused": (["--paper", "alexnet", "--model-kwargs", "activation=sigmoid"],
+                                     ["activation=sigmoid", "relu", "tanh"]),
+    "model argument of the wrong type": (["--paper", "resnet", "--model-kwargs", "layers=3"],
+                                         ["--model-kwargs layers=3"]),
+    "model argument without a value": (["--paper", "vit", "--model-kwargs", "tanh"], ["KEY=VALUE", "'tanh'"]),
+    "model argument given twice": (["--paper", "vit", "--model-kwargs", "depth=1", "--model-kwargs", "depth=2"],
+                                   ["depth", "twice"]),
+    "model arguments with --init": (["--paper", "vit", "--init", "timm:vit_tiny_patch16_224", "--model-kwargs",
+                                     "depth=1"], ["--model-kwargs", "--init"]),
+    "train fraction above 1": (["--paper", "vit", "--train-fraction", "1.5"], ["--train-fraction", "up to 1"]),
+    "train fraction of 0": (["--paper", "vit", "--train-fraction", "0"], ["--train-fraction", "positive"]),
+    "sequence length for a data set of its own": (["--paper", "vit", "--seq-len", "50"], ["--seq-len", "adding-1997"]),
+    "sequence length the adding problem cannot take": (
+        ["--paper", "lstm", "--flavor", "exp4-adding", "--dataset", "adding-1997", "--seq-len", "10"],
+        ["--seq-len 10", "at least 20"]),
+    "a switch given a word": (["--paper", "vit", "--compile=maybe"], ["--compile", "true or false", "'maybe'"]),
 }
 
 

@@ -12,6 +12,7 @@ from PIL import Image
 
 from common.data import adding, eval_loader, get_dataset
 from common.data.collate import pad_sequences
+from common.errors import ConfigError
 from common.predict import prepare
 from tests.conftest import load_json
 from train import main
@@ -34,6 +35,67 @@ def test_adding_problem_is_fixed_and_its_constant_baseline_is_0167():
     assert min(lengths) == adding.MIN_LENGTH and max(lengths) == adding.MAX_LENGTH
     targets = torch.stack([t for _, t in test])
     assert abs(((targets - 1.0) ** 2).mean().item() - adding.BASELINE_MSE) < 0.01
+
+
+def check_1997(data: adding.AddingProblem1997, T: int) -> None:
+    """Every sequence as the 1997 paper defines it."""
+    assert len(data.marked) == len(data)
+    for (x, y), L, (first, second) in zip(data, data.sizes, data.marked.tolist()):
+        values, markers = x[:, 0], x[:, 1]
+        assert x.shape == (L, 2) and T <= L <= T + T // 10
+        assert values.abs().max() <= 1 and set(markers.unique().tolist()) <= {-1.0, 0.0, 1.0}
+        assert (markers == 1).nonzero().flatten().tolist() == sorted([first, second])  # exactly two marked pairs
+        assert first < 10, "X1 among the first ten pairs"
+        assert second - (second > first) < T // 2 - 1, "X2 among the first T/2 - 1 pairs still unmarked"
+        assert markers[-1] == -1 and markers[0] == (1 if 0 in (first, second) else -1)  # the first and final pair
+        assert (markers == -1).sum() == (1 if 0 in (first, second) else 2)  # and no other
+        X1, X2 = (0.0 if first == 0 else values[first]), values[second]  # "we set X1 to zero"
+        assert first != 0 or values[0] == 0, "the input holds X1's zero too"
+        assert torch.isclose(y, 0.5 + (X1 + X2) / 4) and y.dtype == x.dtype == torch.float32
+
+
+def test_adding_problem_of_1997_is_the_papers():
+    train, test = get_dataset("adding-1997").read()  # no --seq-len: T = 100
+    assert (len(train), len(test)) == (adding.TRAIN_SIZE_1997, adding.TEST_SIZE_1997) == (10_000, 2_560)
+    T = adding.DEFAULT_T
+    check_1997(train, T)
+    firsts, seconds = train.marked.T
+    assert set(firsts.tolist()) == set(range(10))  # all of the first ten pairs, and X2's whole range:
+    ranks = seconds - (seconds > firsts).long()
+    assert set(ranks.tolist()) == set(range(T // 2 - 1)) and seconds.max() == T // 2 - 1
+    assert 0.08 < (firsts == 0).float().mean() < 0.12  # X1 is the first pair (and zero) in 1 of 10
+    assert min(train.sizes) == T and max(train.sizes) == T + T // 10 and train.sizes == [len(x) for x, _ in train]
+    check_1997(test, T)
+    again, again_test = adding.AddingProblem1997(adding.TRAIN_SIZE_1997, adding.TRAIN_SEED, T), adding.load_1997()[1]
+    assert all(torch.equal(again[i][0], train[i][0]) and again[i][1] == train[i][1] for i in (0, 5, 9_999))
+    assert torch.equal(again_test[7][0], test[7][0]), "the same sequences every time"
+    assert not torch.equal(test[0][0][:T], train[0][0][:T]), "the test split is not the training split"
+    # always predicting the mean scores Var(0.5 + (X1 + X2)/4) = 0.0396 (0.0417 if X1 were never zero);
+    # the standard error over 10,000 sequences is about 0.0005
+    targets = torch.stack([y for _, y in train])
+    assert abs(((targets - targets.mean()) ** 2).mean().item() - adding.BASELINE_MSE_1997) < 0.0015
+    assert abs(adding.BASELINE_MSE_1997 - 0.0396) < 1e-4
+    assert get_dataset("adding-1997").facts() == dict(num_classes=1, input_size=2, tolerance=0.04)
+
+
+@pytest.mark.parametrize("T", [20, 21, 1000])
+def test_adding_problem_of_1997_at_other_lengths(T):
+    """The shortest T, an odd T (T/2 is T // 2), and the paper's longest."""
+    data = adding.AddingProblem1997(300, seed=3, T=T)
+    check_1997(data, T)
+    assert get_dataset("adding-1997").read(seq_len=T)[0].sizes[0] >= T
+
+
+def test_adding_problem_of_1997_refuses_a_short_T_and_ignores_other_options():
+    for T in (19, 10, 0):
+        with pytest.raises(ConfigError, match=rf"--seq-len {T}: .* T must be at least 20"):
+            get_dataset("adding-1997").read(seq_len=T)
+        with pytest.raises(ConfigError, match="at least 20"):
+            adding.facts_1997(seq_len=T)
+    spec = get_dataset("adding-1997")
+    assert spec.facts(data_dir=None, image_size=None, block_size=None, tokenizer=None, vocab_size=None,
+                      seq_len=None)["tolerance"] == adding.TOLERANCE_1997
+    assert spec.read(data_dir="unused", block_size=None, seq_len=500) is adding.load_1997(seq_len=500)  # cached
 
 
 def test_padding_collation_keeps_lengths_and_zero_pads():

@@ -192,7 +192,8 @@ def test_plot_draws_the_runs_curves(tmp_path):
 
 def test_the_committed_results_are_real_runs_of_clean_commits():
     """results/ holds the curated runs that README and the notes quote: each of a committed, clean tree
-    and a run directory under runs/, named after its run id (tests write their runs elsewhere)."""
+    and a run directory under runs/ (a sweep's under runs/<sweep>/), named after its run id (tests
+    write their runs elsewhere)."""
     import re
 
     from tests.conftest import ROOT
@@ -203,4 +204,6 @@ def test_the_committed_results_are_real_runs_of_clean_commits():
     for name in tracked:
         result = json.loads((ROOT / name).read_text())
         assert re.fullmatch(r"[0-9a-f]{40}", result["commit"] or ""), f"{name}: commit {result['commit']}"
-        assert result["run_dir"] == f"runs/{result['run_id']}" and name == f"results/{result['run_id']}.json", name
+        sweep = (result.get("sweep") or {}).get("name")
+        run_dir = f"runs/{sweep}/{result['run_id']}" if sweep else f"runs/{result['run_id']}"  # a sweep's runs
+        assert result["run_dir"] == run_dir and name == f"results/{result['run_id']}.json", name

@@ -288,3 +288,22 @@ def test_without_a_mask_it_dispatches_torchvisions_operations(arch):
         counts.append(counter.counts)
     assert counts[0] == counts[1], (counts[0] - counts[1], counts[1] - counts[0])
     assert sum(counts[0].values()) > 200
+
+
+def test_the_plain_nets_are_the_same_layers_without_the_shortcuts():
+    """shortcut="none" (Section 4's plain nets): the same parameters, and each block's output is
+    ReLU(F(x)) alone, where the residual net's is ReLU(F(x) + x)."""
+    torch.manual_seed(0)
+    plain = ResNet(**FLAVORS["ResNet-20"] | {"shortcut": "none"}).eval()
+    residual = ResNet(**FLAVORS["ResNet-20"]).eval()
+    residual.load_state_dict(plain.state_dict())
+    assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in residual.parameters())
+    x = torch.randn(2, 16, 32, 32)
+    for j, (a, b) in enumerate(zip(plain.stages[0], residual.stages[0])):
+        F_x = b.bn2(b.conv2(torch.relu(b.bn1(b.conv1(x)))))
+        assert torch.allclose(a(x)[0], torch.relu(F_x), atol=1e-6), j
+        assert torch.allclose(b(x)[0], torch.relu(F_x + x), atol=1e-6), j
+    images = torch.randn(2, 3, 32, 32)
+    assert not torch.allclose(plain(images), residual(images))
+    with pytest.raises(ValueError, match="A, B, none"):
+        ResNet(**FLAVORS["ResNet-20"] | {"shortcut": "C"})

@@ -55,6 +55,8 @@ class DatasetSpec:
             an input error (see `read`).
         fetch: data_dir -> None, downloads the data set into data_dir (--download); None where
             it cannot be downloaded.
+        options: the run options it reads besides data_dir and image_size ("block_size",
+            "tokenizer", "vocab_size", "seq_len"); a run may set only those.
     """
 
     name: str
@@ -69,6 +71,7 @@ class DatasetSpec:
     collate_fn: Callable[..., tuple] | None = None
     reads_folder: bool = False
     fetch: Callable[[str], None] | None = None
+    options: tuple[str, ...] = ()
 
     def read(self, data_dir: str | None = None, image_size: int | None = None, **options) -> tuple[Dataset, Dataset]:
         """The (train, test) datasets (options: block_size, tokenizer, vocab_size, as `options` gives
@@ -101,10 +104,24 @@ class DatasetSpec:
 
 
 def options(cfg) -> dict:
-    """What a run's config tells a data set's `facts` and `read`: its folder, image size, and for text
-    the block size and tokenizer (None: the data set's default)."""
+    """What a run's config tells a data set's `facts` and `read`: its folder, image size, for text
+    the block size and tokenizer, for generated sequences their length (None: the data set's default)."""
     return dict(data_dir=cfg.data_dir, image_size=cfg.image_size, block_size=cfg.block_size,
-                tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size)
+                tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, seq_len=cfg.seq_len)
+
+
+class Share(Subset):
+    """A fixed share of a data set (--train-fraction): the first k samples of a permutation drawn from a
+    fixed seed, kept in the data set's order, so that every run and seed trains on the same samples and
+    a smaller share is part of a larger one. Keeps `sizes` for bucketing."""
+
+    def __init__(self, dataset: Dataset, fraction: float):
+        n = len(dataset)
+        k = max(1, round(fraction * n))
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+        super().__init__(dataset, sorted(order[:k].tolist()))
+        if hasattr(dataset, "sizes"):
+            self.sizes = [dataset.sizes[i] for i in self.indices]
 
 
 def _fixed(**facts) -> Callable[..., dict]:
@@ -138,11 +155,12 @@ DATASETS = {
                                 f"words seen {pairs.MIN_FREQ}+ times in training, a fixed "
                                 f"{pairs.TEST_FRACTION:.0%} test split"),
         DatasetSpec("pydoc", "language-modeling", "tokens", text.facts, text.load,
+                    options=("block_size", "tokenizer", "vocab_size"),
                     description="the Python documentation topics pydoc_data ships (about 465,000 characters of "
                                 "English), character level or --tokenizer bpe, in blocks of 128 tokens; the last "
                                 "topics by name (10%) for test"),
         DatasetSpec("text", "language-modeling", "tokens", partial(text.facts, dataset="text"),
-                    partial(text.load, dataset="text"), reads_folder=True,
+                    partial(text.load, dataset="text"), reads_folder=True, options=("block_size", "tokenizer", "vocab_size"),
                     description="UTF-8 text from --data-dir: a file, or a folder's .txt files joined in order of "
                                 "their paths; the last 10% (from a line break) for test; as pydoc otherwise"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
@@ -153,6 +171,12 @@ DATASETS = {
                     variable_size=True,
                     description=f"the adding problem, lengths {adding.MIN_LENGTH} to {adding.MAX_LENGTH}, "
                                 f"{adding.TRAIN_SIZE:,} train / {adding.TEST_SIZE:,} test sequences"),
+        DatasetSpec("adding-1997", "regression", "sequence", adding.facts_1997, adding.load_1997,
+                    variable_size=True, options=("seq_len",),
+                    description=f"the adding problem as Hochreiter and Schmidhuber 1997 pose it (Experiment 4): "
+                                f"values in [-1, 1], target 0.5 + (X1 + X2)/4, lengths T to T + T/10 for "
+                                f"--seq-len T (default {adding.DEFAULT_T}), {adding.TRAIN_SIZE_1997:,} train / "
+                                f"{adding.TEST_SIZE_1997:,} test sequences"),
         DatasetSpec("cifar10", "classification", "image", vision.cifar10_facts, vision.cifar10_load, resizable=True,
                     preprocess=vision.cifar10_preprocess, reads_folder=True, fetch=vision.cifar10_fetch,
                     description="CIFAR-10 from --data-dir (python version), 32x32 RGB, 10 classes"),

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 from papers import PaperSpec, ReferenceModel
-from papers.alexnet.model import FLAVORS, TORCHVISION, AlexNet
+from papers.alexnet.model import FLAVORS, TORCHVISION, AlexNet, Figure1Net
 
 # torchvision's AlexNet.features: (index, kind, (kernel, stride, padding)) of every layer but the ReLUs.
 TORCHVISION_FEATURES = [(0, "conv", (11, 4, 2)), (2, "pool", (3, 2, 0)), (3, "conv", (5, 1, 2)), (5, "pool", (3, 2, 0)),
@@ -107,4 +107,13 @@ PAPER = PaperSpec(
     padded_batches=False,
     pretrained={"torchvision": from_torchvision},
     reference_models=(ReferenceModel("torchvision:alexnet", (16, 3, 64, 64)),),
+    # Figure 1's four-layer network, on the shapes (32x32 colour images, as CIFAR-10's): SGD with momentum
+    # 0.9 at a constant rate and "no regularization of any kind" (no weight decay, dropout, augmentation,
+    # label smoothing or clipping). The paper chose each network's rate "to make training as fast as
+    # possible": papers/alexnet/claims/relu-vs-tanh.yaml sweeps it.
+    variants={"figure-1": dict(model=Figure1Net, pretrained={}, recipe={}, reference_models=(),
+                               reference="none: Figure 1's network is not published; checked against its shapes",
+                               defaults=dict(dataset="shapes", epochs=10, batch_size=128, optimizer="sgd", lr=0.01,
+                                             momentum=0.9, weight_decay=0.0, schedule="constant", warmup_steps=0,
+                                             label_smoothing=0.0, clip_grad=0.0))},
 )

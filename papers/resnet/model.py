@@ -70,8 +70,11 @@ class Projection(nn.Module):
         return self.bn(self.conv(x), mask)  # W_s x: (B, C_out, H/s, W/s)
 
 
-def make_shortcut(kind: str, in_chans: int, out_chans: int, stride: int) -> nn.Module:
-    """The identity where the shape is kept; option A or B where it changes."""
+def make_shortcut(kind: str, in_chans: int, out_chans: int, stride: int) -> nn.Module | None:
+    """The identity where the shape is kept; option A or B where it changes; None for the paper's
+    plain networks (kind "none"), which have no shortcut at all."""
+    if kind == "none":
+        return None
     if stride == 1 and in_chans == out_chans:
         return Identity()
     if kind == "A":
@@ -88,7 +91,8 @@ class BasicBlock(nn.Module):
         in_chans: channels of x.
         width: channels of both convolutions and of the output.
         stride: 2 on the first block of a stage (conv3_1, conv4_1, conv5_1), else 1.
-        shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes.
+        shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes; "none":
+            no shortcut, the plain net's two stacked layers.
     """
 
     expansion = 1
@@ -107,7 +111,8 @@ class BasicBlock(nn.Module):
         mask = downsample_mask(mask, self.stride)
         residual = F.relu(self.bn1(self.conv1(x), mask), inplace=True)  # (B, width, H/s, W/s)
         residual = self.bn2(self.conv2(residual), mask)  # F(x, {W_1, W_2})
-        residual += self.shortcut(x, mask)  # y = F(x) + x
+        if self.shortcut is not None:
+            residual += self.shortcut(x, mask)  # y = F(x) + x; a plain net: y = F(x)
         return F.relu(residual, inplace=True), mask  # then the second nonlinearity
 
 
@@ -125,7 +130,8 @@ class Bottleneck(nn.Module):
         in_chans: channels of x.
         width: channels of the 1x1 and 3x3 convolutions; the output has 4 x width.
         stride: 2 on the first block of a stage (conv3_1, conv4_1, conv5_1), else 1.
-        shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes.
+        shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes; "none":
+            no shortcut (a plain net).
         stride_on: "1x1" (the paper's) or "3x3" (torchvision's): which convolution strides.
     """
 
@@ -151,7 +157,8 @@ class Bottleneck(nn.Module):
         residual = F.relu(self.bn1(self.conv1(x), mid_mask), inplace=True)  # (B, width, H/s, W/s) or (H, W)
         residual = F.relu(self.bn2(self.conv2(residual), out_mask), inplace=True)  # (B, width, H/s, W/s)
         residual = self.bn3(self.conv3(residual), out_mask)  # F(x), (B, 4 width, H/s, W/s)
-        residual += self.shortcut(x, out_mask)  # y = F(x) + x
+        if self.shortcut is not None:
+            residual += self.shortcut(x, out_mask)  # y = F(x) + x; a plain net: y = F(x)
         return F.relu(residual, inplace=True), out_mask
 
 
@@ -207,7 +214,9 @@ class ResNet(nn.Module):
             has widths[0] filters. Every stage after the first halves the feature map.
         stem: "imagenet" (7x7/2 convolution and 3x3/2 max pool) or "cifar" (one 3x3 convolution).
         shortcut: "A" (identity with zero-padding, parameter-free) or "B" (projection) for the
-            shortcuts that change the shape; all others are identities.
+            shortcuts that change the shape; all others are identities. "none": no shortcuts at
+            all, the "plain" networks of Section 4 (Fig. 3 middle, Table 2, Fig. 6 left), the
+            same layers without the additions.
         stride_on: where a bottleneck that halves the feature map strides: "1x1" (its first
             convolution, the paper's) or "3x3" (torchvision's). A basic block strides its first 3x3.
         num_classes: outputs of the linear head.
@@ -230,8 +239,8 @@ class ResNet(nn.Module):
             raise ValueError(f"unknown block '{block}'; choose from: {', '.join(BLOCKS)}")
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"unknown stem '{stem}'; choose from: imagenet, cifar")
-        if shortcut not in ("A", "B"):
-            raise ValueError(f"unknown shortcut option '{shortcut}'; choose from: A, B")
+        if shortcut not in ("A", "B", "none"):
+            raise ValueError(f"unknown shortcut option '{shortcut}'; choose from: A, B, none")
         if stride_on not in ("1x1", "3x3"):
             raise ValueError(f"unknown stride_on '{stride_on}'; choose from: 1x1, 3x3")
         if len(layers) != len(widths) or not layers:
