@@ -148,17 +148,9 @@ def render(tables: dict, fmt: str) -> str:
     for (task, dataset), rows in tables.items():
         better = "higher" if higher_is_better(rows[0]) else "lower"
         table = [cells(i, r) for i, r in enumerate(rows, 1)]
-        if fmt == "markdown":
-            out.write(f"**{dataset}** ({task}, {rows[0]['metric']}, {better} is better)\n\n")
-            out.write("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n")
-            for c in table:
-                out.write("| " + " | ".join(c.values()) + " |\n")
-        else:
-            out.write(f"{dataset} ({task}, {rows[0]['metric']}, {better} is better)\n")
-            widths = {k: max(len(k), *(len(c[k]) for c in table)) for k in COLUMNS}
-            out.write("  ".join(k.ljust(widths[k]) for k in COLUMNS) + "\n")
-            for c in table:
-                out.write("  ".join(c[k].ljust(widths[k]) for k in COLUMNS) + "\n")
+        name = f"**{dataset}**" if fmt == "markdown" else dataset
+        out.write(f"{name} ({task}, {rows[0]['metric']}, {better} is better)\n" + "\n" * (fmt == "markdown"))
+        _write_table(out, table, fmt)
         out.write("\n")
     return out.getvalue().rstrip("\n") + "\n"
 
@@ -294,7 +286,7 @@ def render_sweep(groups: list, measure: Measure, fmt: str) -> str:
     label, rows = measure.label(first), []
     for i, (params, runs, values) in enumerate(groups, 1):
         mean, interval = _spread(seeds.summarize(values)) if values else ("never", "n/a")
-        row = {"rank": str(i), "combination": seeds.describe(params), label: mean, "n": str(len(values)),
+        row = {"rank": str(i), "combination": seeds.describe(params) or "-", label: mean, "n": str(len(values)),
                "95% interval": interval}
         if measure.reach:
             row["reached"] = f"{len(values)} of {len(runs)}"
@@ -322,7 +314,7 @@ def versus(groups: list, param: str, measure: Measure, fmt: str) -> str:
     ranked = list(best.items())
     for i, (value, (params, values)) in enumerate(ranked):
         s = seeds.summarize(values)
-        row = {param: value, "with": seeds.describe({k: v for k, v in params.items() if k != param}),
+        row = {param: value, "with": seeds.describe({k: v for k, v in params.items() if k != param}) or "-",
                label: f"{_spread(s)[0]} (n {s.n})", "against": "", "difference [95%]": "", "ratio [95%]": ""}
         if i + 1 < len(ranked):
             other = ranked[i + 1][1][1]
@@ -350,7 +342,7 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
                                       gridspec_kw={"width_ratios": [1, 1.3]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (params, runs, values) in enumerate(groups):
-        color, label = colors[i % len(colors)], seeds.describe(params)
+        color, label = colors[i % len(colors)], seeds.describe(params) or name
         y = len(groups) - 1 - i
         if values:
             s = seeds.summarize(values)
@@ -365,7 +357,7 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
             x, mean, std = np.array(steps) / per_epoch, ys.mean(0), ys.std(0, ddof=1) if len(ys) > 1 else 0 * ys[0]
             right.plot(x, mean, color=color, label=f"{label} (n {len(ys)})")
             right.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
-    left.set_yticks(range(len(groups)), [seeds.describe(g[0]) for g in reversed(groups)], fontsize=8)
+    left.set_yticks(range(len(groups)), [seeds.describe(g[0]) or name for g in reversed(groups)], fontsize=8)
     left.set(xlabel=f"{measure.label(groups[0][1][0])} (dots: seeds; bars: 95% interval)")
     left.grid(alpha=0.3)
     if measure.reach and measure.reach[0] == curve:
@@ -473,7 +465,7 @@ def sweep_main(args, results: list[dict]) -> str | None:
         plot_sweep(args.plot, args.sweep, groups, measure, args.curve)
         return None
     fixed = seeds.describe(sweep_runs(results, args.sweep)[1])
-    text = f"Sweep {args.sweep}: {fixed}; over seeds.\n\n" + render_sweep(groups, measure, args.format)
+    text = f"Sweep {args.sweep}: {fixed or 'no parameter fixed'}; over seeds.\n\n" + render_sweep(groups, measure, args.format)
     if args.versus:
         text += "\n" + versus(groups, args.versus, measure, args.format)
     return text

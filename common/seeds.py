@@ -90,7 +90,7 @@ def combination(r: dict) -> dict:
 
 
 def describe(params: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items()) or "(one combination)"
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 # ---------------------------------------------------------------- the number a run gives

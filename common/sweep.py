@@ -290,7 +290,7 @@ class Runner:
     def __init__(self, sweep: Sweep, jobs: list[Job], parallel: int, threads: int):
         self.sweep, self.waiting, self.parallel, self.threads = sweep, list(jobs), parallel, threads
         self.running: list[Job] = []
-        self.done, self.failed, self.durations = 0, [], []
+        self.done, self.failed, self.durations, self.began = 0, [], [], time.monotonic()
 
     def status(self) -> str:
         left = len(self.waiting)
@@ -352,7 +352,8 @@ class Runner:
         for job in self.failed:
             print(f"failed: {describe(job.params)}: {job.run_dir} (its output: {job.run_dir / LOG_NAME})",
                   file=sys.stderr)
-        print(f"sweep {self.sweep.name}: {self.done} done, {len(self.failed)} failed; "
+        minutes = (time.monotonic() - self.began) / 60
+        print(f"sweep {self.sweep.name}: {self.done} done, {len(self.failed)} failed, in {minutes:.1f} min; "
               f"python -m common.leaderboard --sweep {self.sweep.name} shows its results", flush=True)
         return 1 if self.failed else 0
 

@@ -176,3 +176,20 @@ def test_the_papers_recipe_is_one_the_trainer_takes():
         scheduler.step()
     expected = [5e-4] * 2 + [2e-4] * 3 + [1e-4] * 3 + [5e-5] * 4 + [1e-5] * 8
     assert rates == pytest.approx(expected)
+
+
+def test_the_switches_that_find_what_limits_it():
+    """activation="relu" puts max(0, a) where the squashing function was (S2 and S4 too); output="linear" a
+    trained layer whose outputs are the logits, where the RBF units' negative penalties were."""
+    torch.manual_seed(0)
+    paper, relu, linear = LeNet5(), LeNet5(activation="relu"), LeNet5(output="linear")
+    relu.load_state_dict(paper.state_dict())
+    x = torch.randn(4, 1, 32, 32)
+    assert (relu.forward_features(x) >= 0).all() and (paper.forward_features(x) < 0).any()
+    assert relu.S2.f is torch.nn.functional.relu and paper.S2.f is squash
+    assert isinstance(linear.output, torch.nn.Linear) and "output.W" not in linear.state_dict()
+    with torch.no_grad():
+        assert torch.equal(linear(x), linear.output(linear.forward_features(x)))
+    assert sum(p.numel() for p in linear.parameters()) == 60_000 + 84 * 10 + 10
+    with pytest.raises(ValueError, match="squash, relu"):
+        LeNet5(activation="tanh")

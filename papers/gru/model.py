@@ -33,7 +33,8 @@ from functools import partial
 import torch
 import torch.nn as nn
 from einops import rearrange
-from torch._higher_order_ops.scan import scan  # torch.scan, still under a private name
+
+from papers.lstm.model import over_time
 
 
 class GRULayer(nn.Module):
@@ -119,20 +120,13 @@ class GRULayer(nn.Module):
         """
         W_ih, W_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
         b_ih, b_hh = getattr(self, f"bias_ih{suffix}"), getattr(self, f"bias_hh{suffix}")
-        B, T, _ = x.shape
+        B = x.shape[0]
         # the input part of all three gates, for all steps at once
         x_flat = rearrange(x, "b t d -> (b t) d")  # (B*T, input)
         x_proj = rearrange(torch.addmm(b_ih, x_flat, W_ih.t()), "(b t) g -> t b g", b=B)  # (T, B, 3H)
         h = x.new_zeros(B, self.hidden_size) if h_0 is None else h_0  # (B, H)
-        if torch.compiler.is_exporting():  # one graph for every length T: the loop becomes an ONNX Scan
-            lengths = torch.full((B,), T, device=x.device) if lengths is None else lengths
-            step = partial(self.step, W_hh=W_hh, b_hh=b_hh, lengths=lengths)
-            h, outputs = scan(step, h, (x_proj, torch.arange(T, device=x.device)), reverse=reverse)
-            return rearrange(outputs, "t b h -> b t h"), h
-        outputs = [None] * T
-        for t in (reversed(range(T)) if reverse else range(T)):
-            h, outputs[t] = self.step(h, (x_proj[t], t), W_hh, b_hh, lengths)
-        return torch.stack(outputs, dim=1), h  # (B, T, H), (B, H)
+        # the LSTM's loop over time (a torch.scan, an ONNX Scan, when exported)
+        return over_time(partial(self.step, W_hh=W_hh, b_hh=b_hh), x_proj, h, lengths, reverse)  # (B, T, H), (B, H)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None, h_0: torch.Tensor | None = None):
         """(B, T, input), lengths (B,) or None, h_0 (D, B, H) or None -> output (B, T, D*H), h_n (D, B, H)."""

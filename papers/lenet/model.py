@@ -32,6 +32,12 @@ def squash(a: torch.Tensor) -> torch.Tensor:
     return A * torch.tanh(S * a)
 
 
+# the units' function: the paper's squashing function, or (to find what limits LeNet-5 on harder
+# images than digits, papers/lenet/README.md) the ReLU that later CNNs use instead
+ACTIVATIONS = {"squash": squash, "relu": F.relu}
+OUTPUTS = ("rbf", "linear")
+
+
 def init_uniform(tensor: torch.Tensor, fan_in: int) -> None:
     """The paper's initialisation (Appendix A): uniform in [-2.4 / F_i, 2.4 / F_i], F_i the fan-in of the unit."""
     nn.init.uniform_(tensor, -2.4 / fan_in, 2.4 / fan_in)
@@ -44,10 +50,12 @@ class Subsampling(nn.Module):
 
     Args:
         maps: feature maps in and out.
+        f: the units' function (the squashing function).
     """
 
-    def __init__(self, maps: int):
+    def __init__(self, maps: int, f=squash):
         super().__init__()
+        self.f = f
         self.coefficient = nn.Parameter(torch.empty(maps))
         self.bias = nn.Parameter(torch.empty(maps))
 
@@ -57,7 +65,7 @@ class Subsampling(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         total = 4 * F.avg_pool2d(x, 2)  # the four inputs added: (B, maps, H/2, W/2)
-        return squash(total * self.coefficient[:, None, None] + self.bias[:, None, None])
+        return self.f(total * self.coefficient[:, None, None] + self.bias[:, None, None])
 
 
 class PartialConv(nn.Module):
@@ -142,6 +150,10 @@ class LeNet5(nn.Module):
         table: the C3 connection table (Table I; None: every C3 map reads every S2 map).
         img_size: the input side: 32, the only one whose S4 maps C5's 5x5 kernels cover exactly
             (a ValueError otherwise, which the trainer turns into one line naming --image-size 32).
+        activation: "squash", the paper's f(a) = A tanh(S a) in every unit up to F6, or "relu".
+        output: "rbf", the paper's Euclidean RBF units with fixed codes, or "linear": a trained fully
+            connected layer whose outputs are the logits (the soft-max output of later CNNs). The
+            two switches let a sweep tell what limits LeNet-5 where it learns little.
     """
 
     def __init__(
@@ -152,25 +164,30 @@ class LeNet5(nn.Module):
         f6: int = 84,
         table: tuple[tuple[int, ...], ...] | None = TABLE_I,
         img_size: int | tuple[int, int] = 32,
+        activation: str = "squash",
+        output: str = "rbf",
     ):
         super().__init__()
+        if activation not in ACTIVATIONS or output not in OUTPUTS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} and output one of "
+                             f"{', '.join(OUTPUTS)}; got {activation!r} and {output!r}")
         H, W = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if (H, W) != (32, 32):
             raise ValueError(f"LeNet-5 reads 32x32 images (Section II.B), not {H}x{W}; resize them with --image-size 32")
         if table is not None and (len(table) != maps[1] or max(max(row) for row in table) >= maps[0]):
             raise ValueError(f"the connection table must have {maps[1]} rows over {maps[0]} S2 maps")
-        self.in_chans, self.img_size = in_chans, (H, W)
+        self.in_chans, self.img_size, self.f, self.rbf = in_chans, (H, W), ACTIVATIONS[activation], output == "rbf"
         self.C1 = nn.Conv2d(in_chans, maps[0], 5)
-        self.S2 = Subsampling(maps[0])
+        self.S2 = Subsampling(maps[0], self.f)
         self.C3 = PartialConv(table) if table is not None else nn.Conv2d(maps[0], maps[1], 5)
-        self.S4 = Subsampling(maps[1])
+        self.S4 = Subsampling(maps[1], self.f)
         self.C5 = nn.Conv2d(maps[1], maps[2], 5)  # as wide as S4's 5x5 maps: a full connection, 1x1 maps
         self.F6 = nn.Linear(maps[2], f6)
-        self.output = EuclideanRBF(f6, num_classes)
+        self.output = EuclideanRBF(f6, num_classes) if self.rbf else nn.Linear(f6, num_classes)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for m in (self.C1, self.C3, self.C5, self.F6):
+        for m in (self.C1, self.C3, self.C5, self.F6) + (() if self.rbf else (self.output,)):
             if isinstance(m, PartialConv):
                 m.reset_parameters()
             else:
@@ -179,19 +196,26 @@ class LeNet5(nn.Module):
                 init_uniform(m.bias, fan_in)
         self.S2.reset_parameters()
         self.S4.reset_parameters()
-        self.output.reset_parameters()
+        if self.rbf:
+            self.output.reset_parameters()
 
     def no_weight_decay(self) -> set[str]:
         return set()
 
-    def get_classifier(self) -> EuclideanRBF:
+    def get_classifier(self) -> EuclideanRBF | nn.Linear:
         return self.output
 
     def reset_classifier(self, num_classes: int) -> None:
-        """New RBF units for num_classes, with fixed +1/-1 codes drawn as the model draws them."""
-        W = self.output.W
-        self.output = EuclideanRBF(self.output.in_features, num_classes).to(W.device, W.dtype)
-        self.output.reset_parameters()
+        """New RBF units for num_classes, with fixed +1/-1 codes drawn as the model draws them (or a new
+        linear output layer, initialised as the paper's layers)."""
+        W = self.output.W if self.rbf else self.output.weight
+        if self.rbf:
+            self.output = EuclideanRBF(self.output.in_features, num_classes).to(W.device, W.dtype)
+            self.output.reset_parameters()
+        else:
+            self.output = nn.Linear(self.output.in_features, num_classes).to(W.device, W.dtype)
+            init_uniform(self.output.weight, self.output.in_features)
+            init_uniform(self.output.bias, self.output.in_features)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """The F6 states (B, f6) of images (B, C, 32, 32)."""
@@ -199,16 +223,18 @@ class LeNet5(nn.Module):
             H, W = self.img_size
             raise ValueError(f"LeNet-5 reads {H}x{W} images (Section II.B), got {images.shape[-2]}x{images.shape[-1]}; "
                              f"resize them (--image-size {H})")
-        x = squash(self.C1(images))  # (B, 6, 28, 28)
+        x = self.f(self.C1(images))  # (B, 6, 28, 28)
         x = self.S2(x)  # (B, 6, 14, 14)
-        x = squash(self.C3(x))  # (B, 16, 10, 10)
+        x = self.f(self.C3(x))  # (B, 16, 10, 10)
         x = self.S4(x)  # (B, 16, 5, 5)
-        x = squash(self.C5(x)).flatten(1)  # (B, 120, 1, 1) -> (B, 120)
-        return squash(self.F6(x))  # (B, 84)
+        x = self.f(self.C5(x)).flatten(1)  # (B, 120, 1, 1) -> (B, 120)
+        return self.f(self.F6(x))  # (B, 84)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits (B, classes): the negative RBF penalties of images (B, C, 32, 32)."""
-        return -self.output(self.forward_features(images))
+        """Logits (B, classes): the negative RBF penalties of images (B, C, 32, 32) (or, with a linear
+        output, its outputs)."""
+        x = self.output(self.forward_features(images))
+        return -x if self.rbf else x
 
 
 # LeNet-5 of Section II.B; "tiny" is LeNet-5 itself (60,000 trainable parameters train on a CPU in

@@ -43,7 +43,7 @@ def over_time(step, x_proj: torch.Tensor, state, lengths: torch.Tensor | None, r
 
     Args:
         step: (state, (x_proj_t, t), lengths) -> (state, output_t): one step of a layer's equations
-            with its recurrent weights bound (LSTMLayer.step, RNNLayer.step).
+            with its recurrent weights bound (LSTMLayer.step, RNNLayer.step, papers/gru's GRULayer.step).
         x_proj: (T, B, G) the input part of every step, W_ih x_t + biases, computed beforehand.
         state: the initial state, a tensor or a tuple of tensors, each (B, H).
         lengths: (B,) valid steps of each sequence, or None when all are full length.
