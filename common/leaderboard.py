@@ -363,11 +363,11 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
     if measure.reach and measure.reach[0] == curve:
         right.axhline(measure.reach[2], color="gray", linestyle=":", linewidth=1)
     right.set(xlabel="epoch", ylabel=curve, title=f"{curve}: mean of the seeds, band one std")
-    right.legend(fontsize=7)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))  # below: the curves stay in sight
     right.grid(alpha=0.3)
     fig.suptitle(f"sweep {name}")
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
 
 
 def plot(out: Path, runs: list[str], results_dir: str | Path) -> None:
