@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from common.activations import AC_MODES
 from common.batchsize import LR_SCALINGS
 from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
 from common.errors import ConfigError
@@ -78,6 +79,7 @@ class TrainConfig:
     grad_accum: int = 1  # micro-steps per optimizer step
     clip_grad: float = 0.0  # max global gradient norm; 0 turns clipping off
     strategy: str = "auto"
+    ac: str = "none"  # activation checkpointing: none, full (every block) or selective (every other block)
     compile: bool = False
     compile_mode: str = "default"  # torch.compile's mode
     compile_backend: str = "inductor"  # torch.compile's backend ("eager" and "aot_eager" check tracing only)
@@ -294,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
     p.add_argument("--clip-grad", type=non_negative_float, help="max gradient norm; 0 turns it off")
     p.add_argument("--strategy", choices=STRATEGIES, help="auto: ddp under torchrun with >1 process, else single")
+    p.add_argument("--ac", choices=AC_MODES, help="activation checkpointing: each of the paper's blocks (full) or every "
+                   "other block (selective) recomputes its activations in backward (default none)")
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
     p.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
@@ -313,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+RESUMABLE = {"strategy", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
              "compile_mode", "compile_backend", "download", "profile"}
 
 
@@ -428,9 +432,12 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing"),
                           (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend"),
                           (RECIPES, "recipe"), (OPTIMIZERS, "optimizer"), (SCHEDULES, "schedule"),
-                          (TOKENIZERS, "tokenizer"), (LR_SCALINGS, "lr_scaling")):
+                          (TOKENIZERS, "tokenizer"), (LR_SCALINGS, "lr_scaling"), (AC_MODES, "ac")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
+    if cfg.ac != "none" and not spec.shard_blocks:
+        raise ConfigError(f"--ac {cfg.ac} recomputes the activations of a paper's repeated blocks; {spec.name} "
+                          f"{cfg.flavor} names none (shard_blocks)")
     for name in ("epochs", "grad_accum", "log_every", "max_steps", "ckpt_every", "keep_ckpts",
                  "image_size", "pad_multiple"):
         value = getattr(cfg, name)

@@ -32,6 +32,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from common import checkpoint, parallel
+from common.activations import SavedActivations, apply_checkpointing
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, eval_loader, get_dataset, options, train_loader
@@ -262,6 +263,8 @@ class Trainer:
         """Move, compile and wrap the model (common.parallel's one order); the optimizer, its schedule, the scaler."""
         cfg = self.cfg
         compile_args = dict(mode=cfg.compile_mode, backend=cfg.compile_backend) if cfg.compile else None
+        self.saved = SavedActivations(apply_checkpointing(self.model, self.spec.shard_blocks, cfg.ac))
+        self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
         self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
                                           shard_blocks=self.spec.shard_blocks, precision=cfg.precision)
         self.eval_model = parallel.eval_module(self.model)
@@ -361,11 +364,14 @@ class Trainer:
         mean loss of its micro-steps on this rank."""
         cfg = self.cfg
         loss = torch.zeros((), device=self.env.device)
+        self.saved_bytes = 0
         for micro in range(cfg.grad_accum):
             inputs, targets = self.next_batch(batches, padding)
             counts = torch.zeros_like(self.window_counts) if self.task.train_metric else None
             with parallel.gradient_sync(self.model, enabled=micro == cfg.grad_accum - 1):
-                micro_loss = self.forward_loss(self.model, inputs, targets, counts) / cfg.grad_accum
+                with self.saved:
+                    micro_loss = self.forward_loss(self.model, inputs, targets, counts) / cfg.grad_accum
+                self.saved_bytes = max(self.saved_bytes, self.saved.bytes)
                 self.scaler.scale(micro_loss).backward()
             loss += micro_loss.detach()
             if counts is not None:
@@ -377,7 +383,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if self.memory is None:  # gradients and optimizer state both exist now
-            self.memory = parallel.memory_per_rank(self.model, self.optimizer)
+            self.memory = parallel.memory_per_rank(self.model, self.optimizer) | {"activations": self.saved_bytes}
             self.graphs_after_first_step = compiled_graphs()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
@@ -392,7 +398,7 @@ class Trainer:
         elements = "pixels_per_s" if self.data.inputs == "image" else "tokens_per_s"
         row = {"train/loss": loss, "train/lr": lr, "train/samples_per_s": speed["samples_per_s"],
                f"train/{elements}": speed["elements_per_s"], "train/data_wait": speed["data_wait"],
-               "train/mfu": speed["mfu"]}
+               "train/mfu": speed["mfu"], "memory/saved_activation_bytes": self.saved_bytes}
         row |= {f"device/rank{r}/{k}": v for r, values in enumerate(devices) for k, v in values.items()}
         if self.cfg.compile:
             row["compile/recompiles"] = compiled_graphs() - self.graphs_after_first_step
@@ -536,7 +542,7 @@ class Trainer:
             "final_metrics": state.get("metrics", {}), "params": self.n_params, "epochs": self.epochs,
             "steps": state["step"], "steps_per_epoch": self.steps_per_epoch, "batch_size": cfg.batch_size,
             "strategy": self.strategy, "world_size": self.env.world_size, "precision": cfg.precision,
-            "compile": cfg.compile,
+            "compile": cfg.compile, "ac": cfg.ac,
             "samples_per_s": state["step"] * cfg.batch_size / seconds,
             elements: state["elements"] / seconds,
             "mfu": self.flops_per_element * state["elements"] / seconds / self.peak,

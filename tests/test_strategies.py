@@ -28,20 +28,25 @@ def single(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory) -> dict:
-    """The single-process run's flags under torchrun with 2 processes, once with ddp and once with fsdp."""
+    """The single-process run's flags under torchrun with 2 processes: with ddp, with fsdp, and with
+    fsdp and activation checkpointing (fsdp+ac)."""
     out = tmp_path_factory.mktemp("two-processes")
-    for strategy in ("ddp", "fsdp"):
-        torchrun(FLAGS + ["--strategy", strategy, "--out", str(out / strategy)], cwd=out)
-    return {strategy: out / strategy for strategy in ("ddp", "fsdp")}
+    for name in ("ddp", "fsdp", "fsdp+ac"):
+        strategy, _, ac = name.partition("+")
+        torchrun(FLAGS + ["--strategy", strategy, "--out", str(out / name)] + (["--ac", "full"] if ac else []), cwd=out)
+    return {name: out / name for name in ("ddp", "fsdp", "fsdp+ac")}
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_processes_train_the_single_process_weights(strategy, single, two_processes):
-    run = two_processes[strategy]
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "fsdp+ac"])
+def test_two_processes_train_the_single_process_weights(name, single, two_processes):
+    run = two_processes[name]
     assert max_difference(weights(run), weights(single)) < 1e-5
     result = load_json(run / "result.json")
-    assert result["strategy"] == strategy and result["world_size"] == 2
+    assert result["strategy"] == name.partition("+")[0] and result["world_size"] == 2
     assert len(result["memory_per_rank"]) == 2
+    if name == "fsdp+ac":  # each block keeps only its input: far fewer bytes than without
+        full = load_json(two_processes["fsdp"] / "result.json")["memory_per_rank"][0]["activations"]
+        assert result["ac"] == "full" and 5 * result["memory_per_rank"][0]["activations"] <= full
 
 
 def test_fsdp_holds_about_half_of_ddps_bytes_per_rank(two_processes):
