@@ -26,9 +26,11 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.tensor import distribute_tensor
 
 from common.errors import CheckpointError
 from common.parallel import Env, unwrap
+from common.tensor_parallel import is_strided
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
@@ -83,13 +85,16 @@ def _single_process_is_intended():
         yield
 
 
-def _split(model, optimizer) -> tuple[dict, dict]:
-    """The model and optimizer state under their DCP names, split into tensors and plain values."""
+def _split(model, optimizer) -> tuple[dict, dict, dict]:
+    """The model and optimizer state under their DCP names, split into tensors and plain values; and
+    the DTensors that DCP cannot write as shards (a tensor-parallel fused q, k, v weight, sharded
+    with strides), which the tensors hold whole instead."""
     model_sd, optim_sd = get_state_dict(unwrap(model), optimizer, options=OPTIONS)
     flat = {f"model.{k}": v for k, v in model_sd.items()} | {f"optim.{k}": v for k, v in optim_sd.items()}
     tensors = {k: v for k, v in flat.items() if torch.is_tensor(v)}
     values = {k: v for k, v in flat.items() if not torch.is_tensor(v)}
-    return tensors, values
+    strided = {k: v for k, v in tensors.items() if is_strided(v)}
+    return tensors | {k: v.full_tensor() for k, v in strided.items()}, values, strided
 
 
 def _rng_state(env: Env) -> dict[str, torch.Tensor]:
@@ -102,7 +107,7 @@ def _rng_state(env: Env) -> dict[str, torch.Tensor]:
 def save(run_dir: Path, step: int, model, optimizer, trainer_state: dict, env: Env, keep: int) -> Path:
     """Write one checkpoint (every rank its shard), then prune old ones. Every rank must call it."""
     path = checkpoint_dir(run_dir, step)
-    tensors, values = _split(model, optimizer)
+    tensors, values, _ = _split(model, optimizer)
     if env.is_main:
         path.mkdir(parents=True, exist_ok=True)
         (path / ".metadata").unlink(missing_ok=True)  # a leftover of a crashed attempt is not complete
@@ -173,7 +178,7 @@ def load(path: Path, model, optimizer, env: Env, paper: str, flavor: str) -> dic
     except Exception as e:
         raise CheckpointError(f"checkpoint {path} has unreadable metadata ({type(e).__name__}: {e})") from None
 
-    tensors, values = _split(model, optimizer)
+    tensors, values, strided = _split(model, optimizer)
     for key, t in tensors.items():
         if key not in saved or tuple(saved[key].size) != tuple(t.shape):
             found = tuple(saved[key].size) if key in saved else "nothing"
@@ -187,6 +192,10 @@ def load(path: Path, model, optimizer, env: Env, paper: str, flavor: str) -> dic
         cause = next(iter(e.failures.values()))[0] if isinstance(e, CheckpointException) else e
         raise CheckpointError(f"checkpoint {path} is corrupted ({type(cause).__name__}: {cause})") from None
 
+    for key, t in strided.items():  # read whole: this rank's strided share of it
+        with torch.no_grad():
+            t.to_local().copy_(distribute_tensor(tensors[key], t.device_mesh, t.placements).to_local())
+        tensors[key] = t
     flat = tensors | state["optimizer_values"]
     model_sd = {k.removeprefix("model."): v for k, v in flat.items() if k.startswith("model.")}
     optim_sd = {k.removeprefix("optim."): v for k, v in flat.items() if k.startswith("optim.")}

@@ -79,6 +79,7 @@ class TrainConfig:
     grad_accum: int = 1  # micro-steps per optimizer step
     clip_grad: float = 0.0  # max global gradient norm; 0 turns clipping off
     strategy: str = "auto"
+    tp: int = 1  # tensor-parallel ranks (--tp): the paper's tp_plan split over this many processes
     ac: str = "none"  # activation checkpointing: none, full (every block) or selective (every other block)
     compile: bool = False
     compile_mode: str = "default"  # torch.compile's mode
@@ -296,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
     p.add_argument("--clip-grad", type=non_negative_float, help="max gradient norm; 0 turns it off")
     p.add_argument("--strategy", choices=STRATEGIES, help="auto: ddp under torchrun with >1 process, else single")
+    p.add_argument("--tp", type=positive_int, help="tensor parallel: split the linear layers of the paper's tp_plan "
+                   "over this many processes (all of them; vit, gpt, transformer)")
     p.add_argument("--ac", choices=AC_MODES, help="activation checkpointing: each of the paper's blocks (full) or every "
                    "other block (selective) recomputes its activations in backward (default none)")
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
@@ -317,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+RESUMABLE = {"strategy", "tp", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
              "compile_mode", "compile_backend", "download", "profile"}
 
 
@@ -486,12 +489,13 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"batch_size must be a positive integer or auto, got '{cfg.batch_size}'")
     if isinstance(cfg.batch_size, int) and cfg.batch_size <= 0:
         raise ConfigError(f"batch_size must be a positive integer or auto, got {cfg.batch_size}")
-    shards = world_size * cfg.grad_accum
+    readers = max(1, world_size // max(1, cfg.tp))  # the processes that read different data
+    shards = readers * cfg.grad_accum
     if cfg.batch_size != "auto" and cfg.batch_size % shards:
         below, above = cfg.batch_size // shards * shards, (cfg.batch_size // shards + 1) * shards
         nearest = f"{below} or {above}" if below else f"{above}"
         raise ConfigError(
-            f"batch size {cfg.batch_size} does not divide over {world_size} process(es) x {cfg.grad_accum} "
+            f"batch size {cfg.batch_size} does not divide over {readers} process(es) x {cfg.grad_accum} "
             f"accumulation step(s); use a multiple of {shards}, such as {nearest}"
         )
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -536,6 +540,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resolve_strategy(cfg.strategy, world_size)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.tp != 1:
+        _check_tensor_parallel(spec, cfg, model, world_size)
 
     if cfg.out is not None:
         out = Path(cfg.out)
@@ -543,6 +549,26 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"--out {cfg.out} is a file, not a folder; choose a new folder")
         if (out / "config.json").exists() and not resuming:
             raise ConfigError(f"--out {cfg.out} already holds a run; choose a new folder")
+
+
+def _check_tensor_parallel(spec, cfg: TrainConfig, model, world_size: int) -> None:
+    """--tp N: a paper with a plan, N the number of processes, and every split layer divisible by N."""
+    from common.tensor_parallel import split_sizes
+    from papers import get_paper, list_papers
+
+    if not spec.tp_plan:
+        having = ", ".join(name for name in sorted(list_papers()) if get_paper(name).tp_plan)
+        raise ConfigError(f"--tp splits the layers a paper's tp_plan names; {spec.name} has none (papers with one: "
+                          f"{having})")
+    if cfg.tp < 1 or cfg.tp != world_size:
+        raise ConfigError(f"--tp {cfg.tp} with {world_size} process(es): tensor parallelism runs over all the "
+                          f"processes, so launch {cfg.tp} (torchrun --nproc_per_node {cfg.tp})")
+    if cfg.strategy not in ("auto",):
+        raise ConfigError(f"--tp lays out the processes itself; drop --strategy {cfg.strategy}")
+    for path, size in split_sizes(model, spec.shard_blocks, spec.tp_plan).items():
+        if size % cfg.tp:
+            raise ConfigError(f"--tp {cfg.tp}: {path} splits {size} units (heads x width, or hidden units), "
+                              f"which do not divide by {cfg.tp}")
 
 
 def _check_model_kwargs(spec, cfg: TrainConfig) -> None:

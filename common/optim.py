@@ -5,6 +5,7 @@ import math
 
 import torch
 import torch.nn as nn
+from torch.distributed.tensor import DTensor
 
 OPTIMIZERS = ("adamw", "sgd", "rmsprop")
 SCHEDULES = ("cosine", "step", "exponential", "constant", "noam")
@@ -24,7 +25,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, name: str = "adamw", momentum: float = 0.9,
                     nesterov: bool = False) -> torch.optim.Optimizer:
-    """AdamW (decoupled weight decay; fused: one kernel per parameter group and step, on CPU and CUDA),
+    """AdamW (decoupled weight decay; fused: one kernel per parameter group and step, on CPU and CUDA,
+    except where a tensor-parallel model holds whole and split parameters),
     SGD with momentum (optionally Nesterov's), or RMSProp (decay 0.9, with momentum); weight decay on
     weight matrices only (see `param_groups`).
 
@@ -34,12 +36,16 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float, name: str 
         nesterov: SGD with Nesterov momentum.
     """
     groups = param_groups(model, weight_decay)
+    # tensor parallel holds some parameters whole and some split (DTensors): one kernel cannot take both
+    # kinds, so the optimizer then steps each parameter on its own (the same arithmetic)
+    mixed = len({isinstance(p, DTensor) for g in groups for p in g["params"]}) > 1
+    foreach = False if mixed else None
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), fused=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), fused=not mixed, foreach=foreach)
     if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=nesterov)
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=nesterov, foreach=foreach)
     if name == "rmsprop":
-        return torch.optim.RMSprop(groups, lr=lr, alpha=0.9, momentum=momentum)
+        return torch.optim.RMSprop(groups, lr=lr, alpha=0.9, momentum=momentum, foreach=foreach)
     raise ValueError(f"unknown optimizer '{name}'; choose from: {', '.join(OPTIMIZERS)}")
 
 

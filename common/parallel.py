@@ -8,6 +8,8 @@ wrap it. The model code itself never sees any of this.
     dp      nn.DataParallel over every visible CUDA device, in one process
     ddp     DistributedDataParallel, one process per device (torchrun)
     fsdp    FSDP2: `fully_shard` on each block the paper names, then on the root
+    tp      tensor parallel (`--tp N`): the linear layers of the paper's `tp_plan` split over the
+            processes (common.tensor_parallel); every process reads the same batches
 """
 
 import contextlib
@@ -19,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DataParallel, DistributedDataParallel
@@ -91,8 +94,14 @@ def resolve_strategy(strategy: str, world_size: int, cuda_devices: int | None = 
 DECODING_METHODS = ("encode", "decode_step")
 
 
+def data_parallel(env: Env, tp: int = 1) -> tuple[int, int]:
+    """This process's place among the ranks that read different data, and their number: under tensor
+    parallelism the `tp` consecutive ranks of a group read the same batches."""
+    return env.rank // tp, env.world_size // tp
+
+
 def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str | None = None,
-                precision: str = "fp32") -> nn.Module:
+                precision: str = "fp32", tp_plan: dict[str, str] | None = None, tp: int = 1) -> nn.Module:
     """Move, compile, wrap: the one order every strategy follows.
 
     Args:
@@ -101,8 +110,17 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None 
             fsdp shards each of them as a unit, then the root; None: the root only.
         precision: with fsdp and bf16, parameters are gathered in bf16 and gradients
             reduced in fp32.
+        tp_plan, tp: tp splits the plan's layers of each block over `tp` ranks (all of them).
     """
     model = model.to(env.device)
+    if strategy == "tp":
+        from common import tensor_parallel
+
+        mesh = init_device_mesh(env.device.type, (env.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+        tensor_parallel.apply(model, shard_blocks, tp_plan, mesh["tp"])
+        if compile is not None:
+            model.compile(**compile)
+        return model
     if strategy == "fsdp":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
         for block in model.get_submodule(shard_blocks) if shard_blocks else ():
@@ -156,10 +174,19 @@ def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
     """Clip to a global gradient norm; with sharded (DTensor) gradients the norm is the
     norm of the whole gradient, gathered over the shards, not of the local shard."""
     parameters = [p for p in parameters if p.grad is not None]
-    total_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], foreach=True)
-    if isinstance(total_norm, DTensor):
-        total_norm = total_norm.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=True)
+    grads = [p.grad for p in parameters]
+    if len({isinstance(g, DTensor) for g in grads}) == 1:  # all whole, or all sharded alike (fsdp)
+        total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        if isinstance(total_norm, DTensor):
+            total_norm = total_norm.full_tensor()
+    else:  # tensor parallel: some whole, some split in different ways; each one's norm, then all's
+        norms = [torch.linalg.vector_norm(g) for g in grads]
+        total_norm = torch.linalg.vector_norm(torch.stack([n.full_tensor() if isinstance(n, DTensor) else n
+                                                           for n in norms]))
+    for kind in (False, True):  # a foreach kernel takes whole tensors or DTensors, not both at once
+        group = [p for p in parameters if isinstance(p.grad, DTensor) == kind]
+        if group:
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total_norm, foreach=True)
     return total_norm
 
 

@@ -124,7 +124,8 @@ class Trainer:
         self.started = time.perf_counter()  # wall time counts from here, and again after each save
         self.cfg, self.env, self.argv, self.resuming = cfg, env, argv, resuming
         self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
-        self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
+        self.strategy = "tp" if cfg.tp > 1 else parallel.resolve_strategy(cfg.strategy, env.world_size)
+        self.dp_rank, self.dp_size = parallel.data_parallel(env, cfg.tp)  # the ranks that read different data
         if env.is_main:
             parallel.warn_fallback(cfg.strategy, self.strategy)
         self.facts = self.data.facts(**options(cfg))
@@ -194,9 +195,9 @@ class Trainer:
         self.auto_batch = cfg.batch_size == "auto"
         if self.auto_batch:
             self.cfg = cfg = dataclasses.replace(cfg, batch_size=self.auto_batch_size())
-        self.micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
+        self.micro_batch = cfg.batch_size // (self.dp_size * cfg.grad_accum)
         self.measure_flops()
-        self.loader = train_loader(self.train_set, cfg.batch_size, self.micro_batch, env.rank, env.world_size,
+        self.loader = train_loader(self.train_set, cfg.batch_size, self.micro_batch, self.dp_rank, self.dp_size,
                                    cfg.seed, cfg.num_workers, self.collate, cfg.bucketing)
         self.steps_per_epoch = len(self.loader) // cfg.grad_accum
         if self.steps_per_epoch == 0:
@@ -210,7 +211,7 @@ class Trainer:
         if cfg.profile and WARMUP_STEPS + cfg.profile > self.total_steps:
             raise ConfigError(f"--profile {cfg.profile} records steps {WARMUP_STEPS + 1} to {WARMUP_STEPS + cfg.profile}, "
                               f"but this run has {self.total_steps} steps")
-        self.test_loader = eval_loader(self.test_set, max(256, self.micro_batch), env.rank, env.world_size,
+        self.test_loader = eval_loader(self.test_set, max(256, self.micro_batch), self.dp_rank, self.dp_size,
                                        self.collate)
 
     def batch_of(self, n: int):
@@ -221,15 +222,15 @@ class Trainer:
         """--batch-size auto: the largest micro-batch that fits on every rank and leaves every epoch
         MIN_STEPS_PER_EPOCH optimizer steps, times ranks and micro-steps."""
         cfg, env = self.cfg, self.env
-        share = steps_limit(len(self.train_set), env.world_size * cfg.grad_accum)
+        share = steps_limit(len(self.train_set), self.dp_size * cfg.grad_accum)
         micro, how = find_micro_batch(self.new_model, lambda n: to_device(self.batch_of(n), env.device),
                                       self.forward_loss, env.device, share)
         micro = min(parallel.all_gather_object(micro))  # every rank trains the same global batch
         if env.is_main:
             print(f"batch size auto: {micro} per device and micro-step, "
-                  f"{micro * env.world_size * cfg.grad_accum} in all ({how}; up to {share} leaves every epoch "
+                  f"{micro * self.dp_size * cfg.grad_accum} in all ({how}; up to {share} leaves every epoch "
                   f"of {len(self.train_set)} samples {MIN_STEPS_PER_EPOCH} optimizer steps)", flush=True)
-        return micro * env.world_size * cfg.grad_accum
+        return micro * self.dp_size * cfg.grad_accum
 
     def scale_learning_rate(self) -> None:
         """--lr-scaling: the learning rate for the batch in use (lr is given for lr_batch, the paper's
@@ -266,7 +267,8 @@ class Trainer:
         self.saved = SavedActivations(apply_checkpointing(self.model, self.spec.shard_blocks, cfg.ac))
         self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
         self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
-                                          shard_blocks=self.spec.shard_blocks, precision=cfg.precision)
+                                          shard_blocks=self.spec.shard_blocks, precision=cfg.precision,
+                                          tp_plan=self.spec.tp_plan, tp=cfg.tp)
         self.eval_model = parallel.eval_module(self.model)
         self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr_in_use, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)
@@ -467,6 +469,9 @@ class Trainer:
         model, device = self.eval_model, self.env.device
         model.eval()
         metrics = self.task.build_metrics(device)
+        if self.dp_size == 1:  # one process, or tensor parallel: every rank scores every batch
+            for metric in metrics.values():
+                metric.sync_on_compute = False
         batches, first = iter(self.test_loader), None
         for _ in range(parallel.all_reduce_max(len(self.test_loader))):
             batch = next(batches, None)

@@ -55,6 +55,10 @@ class PaperSpec:
         shard_blocks: the attribute (dotted path) holding the model's repeated blocks, an
             nn.ModuleList; fsdp shards each block as one unit, then the rest. None: fsdp
             shards the model as one unit.
+        tp_plan: tensor parallelism (`--tp N`, common.tensor_parallel): paths within each of the
+            `shard_blocks` mapped to how their linear layer is split over the ranks, "colwise" (by
+            output columns), "colwise-qkv" (a fused q, k, v matrix, by columns within each) or
+            "rowwise" (by input rows). Empty: the paper does not take --tp.
         data_kwargs: the facts of a dataset that the model class takes (num_classes,
             in_chans, img_size, input_size, seq_len).
         padded_batches: the model reads padded batches of samples of different sizes:
@@ -93,6 +97,7 @@ class PaperSpec:
     defaults: dict = field(default_factory=dict)
     reference: str = ""
     shard_blocks: str | None = None
+    tp_plan: dict[str, str] = field(default_factory=dict)
     data_kwargs: tuple[str, ...] = ("num_classes",)
     padded_batches: bool = False
     pretrained: dict[str, Callable[[nn.Module], nn.Module]] = field(default_factory=dict)

@@ -41,7 +41,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         if n_embd % n_head:
             raise ValueError(f"n_embd {n_embd} does not divide into {n_head} heads")
-        self.n_head, self.dropout_p = n_head, dropout
+        self.n_head, self.head_dim, self.dropout_p = n_head, n_embd // n_head, dropout
         self.W_qkv = nn.Linear(n_embd, 3 * n_embd)  # c_attn
         self.W_o = nn.Linear(n_embd, n_embd)  # c_proj: a residual projection (GPT-2's 1/sqrt(N) init)
         self.resid_dropout = nn.Dropout(dropout)
@@ -58,7 +58,8 @@ class CausalSelfAttention(nn.Module):
         Returns:
             (B, T, d), and this layer's keys and values so far, each (B, h, T_past + T, d/h).
         """
-        q, k, v = rearrange(self.W_qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.n_head)  # (B, h, T, d/h)
+        # (B, h, T, d/h), the heads counted from the width (a rank of a tensor-parallel run holds some of them)
+        q, k, v = rearrange(self.W_qkv(x), "b t (three h d) -> three b h t d", three=3, d=self.head_dim)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, h, T_past + T, d/h)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,

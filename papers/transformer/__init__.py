@@ -118,5 +118,9 @@ PAPER = PaperSpec(
               "the parameter counts of Table 3",
     data_kwargs=("src_vocab", "tgt_vocab", "pad_id"),
     shard_blocks="layers",  # the encoder's layers, then the decoder's, in one ModuleList
+    # Megatron-LM's split of each layer: every attention's heads (the encoder's layers have no
+    # cross-attention) and the feed-forward network's hidden units
+    tp_plan={f"{attn}.{W}": "colwise" for attn in ("self_attn", "cross_attn") for W in ("W_q", "W_k", "W_v")}
+    | {"self_attn.W_o": "rowwise", "cross_attn.W_o": "rowwise", "ffn.W_1": "colwise", "ffn.W_2": "rowwise"},
     padded_batches=True,
 )

@@ -52,14 +52,15 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} does not divide into {num_heads} heads")
-        self.num_heads = num_heads
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
         self.W_q, self.W_k, self.W_v = (nn.Linear(d_model, d_model) for _ in range(3))
         self.W_o = nn.Linear(d_model, d_model)
 
     def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys K W^K and values V W^V of x (B, N, d_model), split into heads: each (B, h, N, d_k)."""
-        k = rearrange(self.W_k(x), "b n (h d) -> b h n d", h=self.num_heads)  # (B, h, N, d_k)
-        v = rearrange(self.W_v(x), "b n (h d) -> b h n d", h=self.num_heads)  # (B, h, N, d_v)
+        """The keys K W^K and values V W^V of x (B, N, d_model), split into heads: each (B, h, N, d_k). The
+        heads are counted from the width (a rank of a tensor-parallel run holds some of them)."""
+        k = rearrange(self.W_k(x), "b n (h d) -> b h n d", d=self.d_k)  # (B, h, N, d_k)
+        v = rearrange(self.W_v(x), "b n (h d) -> b h n d", d=self.d_k)  # (B, h, N, d_v)
         return k, v
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None = None,
@@ -70,7 +71,7 @@ class MultiHeadAttention(nn.Module):
             key_mask: (B, 1, 1, N_k) bool, True on the keys to attend to; None: all of them.
             is_causal: query t attends to keys 0..t only (N_q == N_k).
         """
-        q = rearrange(self.W_q(x), "b n (h d) -> b h n d", h=self.num_heads)  # (B, h, N_q, d_k)
+        q = rearrange(self.W_q(x), "b n (h d) -> b h n d", d=self.d_k)  # (B, h, N_q, d_k)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=is_causal)  # eq. 1, (B, h, N_q, d_v)
         return self.W_o(rearrange(a, "b h n d -> b n (h d)"))  # Concat(head_1..head_h) W^O, (B, N_q, d_model)
 

@@ -31,7 +31,7 @@ class MultiHeadSelfAttention(nn.Module):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"width {dim} does not divide into {num_heads} heads")
-        self.num_heads = num_heads
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.W_qkv = nn.Linear(dim, 3 * dim)  # U_qkv of Appendix A, all heads at once
         self.W_o = nn.Linear(dim, dim)  # U_msa
         self.dropout = nn.Dropout(dropout)
@@ -39,7 +39,8 @@ class MultiHeadSelfAttention(nn.Module):
     def forward(self, z: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Attend over the sequence z (B, N, D); attn_mask (B, 1, 1, N), True on the keys to attend to."""
         qkv = self.W_qkv(z)  # (B, N, 3D)
-        q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        # the heads counted from the width (a rank of a tensor-parallel run holds some of them)
+        q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, d=self.head_dim)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, h, N, D_h)
         return self.dropout(self.W_o(rearrange(a, "b h n d -> b n (h d)")))  # (B, N, D)
 

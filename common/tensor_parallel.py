@@ -1,0 +1,87 @@
+"""Tensor parallelism (Megatron-LM's, Shoeybi et al. 2019), through DTensor's `parallelize_module`.
+
+Within each of a Transformer's blocks, the first linear layer of a pair is split by its output
+columns (each rank computes its share of the hidden units, or its heads of the attention) and the
+second by its input rows (each rank's partial product, summed over the ranks by one all-reduce):
+one all-reduce in forward and one in backward per pair, and each rank holds 1/N of the pair's
+weights. A paper says which layers are which in its spec's `tp_plan`, paths within each of its
+blocks (`shard_blocks`) mapped to a kind:
+
+    colwise      split by output columns (the attention's W_q, W_k, W_v; the MLP's first layer)
+    colwise-qkv  a fused q, k, v matrix (W_qkv): split by columns within each of the three, so
+                 that a rank holds whole heads of each
+    rowwise      split by input rows (the attention's W_o; the MLP's second layer)
+
+The attention then runs on the rank's own heads: the models count their heads from the width they
+are given. Everything outside the plan (embeddings, norms, the head) stays whole on every rank.
+"""
+
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.placement_types import _StridedShard
+
+KINDS = ("colwise", "rowwise", "colwise-qkv")
+
+
+class FusedColwiseParallel(ColwiseParallel):
+    """Column-wise for a linear layer whose output is `parts` matrices side by side: each rank takes
+    its share of every part (DTensor's strided sharding), and its output is its columns of each
+    part, side by side."""
+
+    def __init__(self, parts: int = 3):
+        super().__init__(output_layouts=_StridedShard(-1, split_factor=parts))
+        self.parts = parts
+
+    def _partition_linear_fn(self, name, module, device_mesh):
+        for name, param in module.named_parameters():
+            placement = [_StridedShard(0, split_factor=self.parts)]
+            module.register_parameter(name, nn.Parameter(distribute_tensor(param, device_mesh, placement),
+                                                         requires_grad=param.requires_grad))
+
+
+def style(kind: str):
+    if kind == "colwise":
+        return ColwiseParallel()
+    if kind == "rowwise":
+        return RowwiseParallel()
+    if kind == "colwise-qkv":
+        return FusedColwiseParallel(3)
+    raise ValueError(f"unknown tensor-parallel kind '{kind}'; choose from: {', '.join(KINDS)}")
+
+
+def split_sizes(model: nn.Module, shard_blocks: str, plan: dict[str, str]) -> dict[str, int]:
+    """Each planned layer's size that the ranks divide (its output columns, per part for colwise-qkv,
+    or its input rows), by path."""
+    sizes = {}
+    for i, block in enumerate(model.get_submodule(shard_blocks)):
+        for path, kind in plan.items():
+            layer = block.get_submodule(path) if _has(block, path) else None
+            if layer is not None:
+                rows, cols = layer.weight.shape
+                sizes[f"{shard_blocks}.{i}.{path}"] = cols if kind == "rowwise" else rows // (3 if kind == "colwise-qkv" else 1)
+    return sizes
+
+
+def _has(module: nn.Module, path: str) -> bool:
+    try:
+        module.get_submodule(path)
+        return True
+    except AttributeError:
+        return False
+
+
+def apply(model: nn.Module, shard_blocks: str, plan: dict[str, str], mesh: DeviceMesh) -> nn.Module:
+    """Split the planned layers of every block over `mesh` (1-D, the tensor-parallel ranks), in place.
+    A path of the plan that a block does not have (a decoder's cross-attention in an encoder layer)
+    is skipped there."""
+    for block in model.get_submodule(shard_blocks):
+        block_plan = {path: style(kind) for path, kind in plan.items() if _has(block, path)}
+        parallelize_module(block, mesh, block_plan)
+    return model
+
+
+def is_strided(t) -> bool:
+    """A DTensor sharded with strides (a colwise-qkv weight), which DCP cannot save as shards."""
+    return isinstance(t, DTensor) and any(isinstance(p, _StridedShard) for p in t.placements)

@@ -1,0 +1,70 @@
+"""Tensor parallelism (--tp 2 on 2 gloo processes) trains the weights one process trains, for every
+paper with a tp_plan, holds about half of each split layer per rank, resumes in one process, and
+is refused in one line where it cannot run."""
+
+import pytest
+
+from common.config import TrainConfig, validate
+from common.errors import ConfigError
+from papers import get_paper, list_papers
+from tests.conftest import interrupted_copy, load_json, max_difference, torchrun, weights
+from train import main
+
+PAPERS = ("vit", "gpt", "transformer")
+# clipping small enough to act on every step; a checkpoint after step 2 for the resume
+FLAGS = ["--max-steps", "4", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
+
+
+def test_the_papers_with_a_plan():
+    assert sorted(name for name in list_papers() if get_paper(name).tp_plan) == sorted(PAPERS)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """Each paper trained 4 steps in one process and with --tp 2 on 2 processes."""
+    out = tmp_path_factory.mktemp("tp")
+    for paper in PAPERS:
+        assert main(["--paper", paper, *FLAGS, "--out", str(out / f"{paper}-single")]) == 0
+        torchrun(["--paper", paper, *FLAGS, "--tp", "2", "--out", str(out / f"{paper}-tp")], cwd=out)
+    return {paper: (out / f"{paper}-single", out / f"{paper}-tp") for paper in PAPERS}
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_tp_trains_the_single_process_weights(paper, runs):
+    single, tp = runs[paper]
+    assert max_difference(weights(tp), weights(single)) < 1e-5
+    one, two = load_json(single / "result.json"), load_json(tp / "result.json")
+    assert two["strategy"] == "tp" and two["world_size"] == 2
+    assert two["final_metrics"] == pytest.approx(one["final_metrics"], rel=1e-6, abs=1e-6)
+    # each rank holds half of every split layer (most of a tiny Transformer's weights) and the rest whole
+    held, whole = two["memory_per_rank"][0]["params"], one["memory_per_rank"][0]["params"]
+    assert 0.5 * whole < held < 0.75 * whole
+
+
+@pytest.mark.parametrize("paper", ["gpt"])
+def test_a_tp_checkpoint_resumes_in_one_process(paper, runs, tmp_path):
+    single, tp = runs[paper]
+    run = interrupted_copy(tp, 2, tmp_path / "run")
+    assert main(["--resume", str(run), "--tp", "1"]) == 0
+    assert load_json(run / "result.json")["world_size"] == 1
+    assert max_difference(weights(run), weights(single)) < 1e-5
+
+
+def refusal(flags: list[str], world_size: int) -> str:
+    cfg = TrainConfig.from_dict(flags)
+    with pytest.raises(ConfigError) as e:
+        validate(cfg, world_size=world_size)
+    return str(e.value)
+
+
+def test_tp_refusals(capsys):
+    assert main(["--paper", "lenet", "--tp", "2", "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lenet has none" in err[0] and "gpt, transformer, vit" in err[0]
+    assert main(["--paper", "gpt", "--tp", "2", "--wandb", "disabled"]) == 2  # one process launched
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torchrun --nproc_per_node 2" in err[0]
+    message = refusal(dict(paper="gpt", dataset="pydoc", tp=3), world_size=3)  # 4 heads of 32, 128 wide: not in 3
+    assert "do not divide by 3" in message and "\n" not in message
+    message = refusal(dict(paper="gpt", dataset="pydoc", tp=2, strategy="fsdp"), world_size=2)
+    assert "drop --strategy fsdp" in message
