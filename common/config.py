@@ -24,6 +24,7 @@ from common.activations import AC_MODES
 from common.batchsize import LR_SCALINGS
 from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
 from common.errors import ConfigError
+from common.mesh import resolve as resolve_layout
 from common.optim import OPTIMIZERS, SCHEDULES, parse_gammas, parse_milestones
 from common.parallel import STRATEGIES, resolve_strategy
 
@@ -79,6 +80,8 @@ class TrainConfig:
     grad_accum: int = 1  # micro-steps per optimizer step
     clip_grad: float = 0.0  # max global gradient norm; 0 turns clipping off
     strategy: str = "auto"
+    dp_replicate: int | None = None  # data-parallel copies (common.mesh); None: as --strategy says
+    dp_shard: int | None = None  # data-parallel ranks sharding the model (FSDP2); None: as --strategy says
     tp: int = 1  # tensor-parallel ranks (--tp): the paper's tp_plan split over this many processes
     ac: str = "none"  # activation checkpointing: none, full (every block) or selective (every other block)
     compile: bool = False
@@ -297,8 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
     p.add_argument("--clip-grad", type=non_negative_float, help="max gradient norm; 0 turns it off")
     p.add_argument("--strategy", choices=STRATEGIES, help="auto: ddp under torchrun with >1 process, else single")
+    p.add_argument("--dp-replicate", type=positive_int, help="data parallel: copies of the model that average "
+                   "their gradients (with --dp-shard: HSDP); the mesh's sizes multiply to the processes")
+    p.add_argument("--dp-shard", type=positive_int, help="data parallel: ranks that shard the model, its gradients "
+                   "and optimizer state (FSDP2)")
     p.add_argument("--tp", type=positive_int, help="tensor parallel: split the linear layers of the paper's tp_plan "
-                   "over this many processes (all of them; vit, gpt, transformer)")
+                   "over this many neighbouring processes (vit, gpt, transformer)")
     p.add_argument("--ac", choices=AC_MODES, help="activation checkpointing: each of the paper's blocks (full) or every "
                    "other block (selective) recomputes its activations in backward (default none)")
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
@@ -320,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "tp", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
              "compile_mode", "compile_backend", "download", "profile"}
 
 
@@ -489,7 +496,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"batch_size must be a positive integer or auto, got '{cfg.batch_size}'")
     if isinstance(cfg.batch_size, int) and cfg.batch_size <= 0:
         raise ConfigError(f"batch_size must be a positive integer or auto, got {cfg.batch_size}")
-    readers = max(1, world_size // max(1, cfg.tp))  # the processes that read different data
+    readers = max(1, world_size // cfg.tp)  # the processes that read different data (tensor parallel: a group)
     shards = readers * cfg.grad_accum
     if cfg.batch_size != "auto" and cfg.batch_size % shards:
         below, above = cfg.batch_size // shards * shards, (cfg.batch_size // shards + 1) * shards
@@ -540,8 +547,14 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resolve_strategy(cfg.strategy, world_size)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if cfg.tp != 1:
-        _check_tensor_parallel(spec, cfg, model, world_size)
+    if cfg.tp > 1:
+        _check_tensor_parallel(spec, cfg.tp, model)
+    if world_size > 1 or cfg.tp > 1 or (cfg.dp_replicate or 1) > 1 or (cfg.dp_shard or 1) > 1:
+        try:
+            resolve_layout(resolve_strategy(cfg.strategy, world_size), world_size, cfg.dp_replicate, cfg.dp_shard,
+                           cfg.tp)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     if cfg.out is not None:
         out = Path(cfg.out)
@@ -551,8 +564,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"--out {cfg.out} already holds a run; choose a new folder")
 
 
-def _check_tensor_parallel(spec, cfg: TrainConfig, model, world_size: int) -> None:
-    """--tp N: a paper with a plan, N the number of processes, and every split layer divisible by N."""
+def _check_tensor_parallel(spec, tp: int, model) -> None:
+    """--tp N: a paper with a plan, and every layer it splits divisible by N."""
     from common.tensor_parallel import split_sizes
     from papers import get_paper, list_papers
 
@@ -560,15 +573,10 @@ def _check_tensor_parallel(spec, cfg: TrainConfig, model, world_size: int) -> No
         having = ", ".join(name for name in sorted(list_papers()) if get_paper(name).tp_plan)
         raise ConfigError(f"--tp splits the layers a paper's tp_plan names; {spec.name} has none (papers with one: "
                           f"{having})")
-    if cfg.tp < 1 or cfg.tp != world_size:
-        raise ConfigError(f"--tp {cfg.tp} with {world_size} process(es): tensor parallelism runs over all the "
-                          f"processes, so launch {cfg.tp} (torchrun --nproc_per_node {cfg.tp})")
-    if cfg.strategy not in ("auto",):
-        raise ConfigError(f"--tp lays out the processes itself; drop --strategy {cfg.strategy}")
     for path, size in split_sizes(model, spec.shard_blocks, spec.tp_plan).items():
-        if size % cfg.tp:
-            raise ConfigError(f"--tp {cfg.tp}: {path} splits {size} units (heads x width, or hidden units), "
-                              f"which do not divide by {cfg.tp}")
+        if size % tp:
+            raise ConfigError(f"--tp {tp}: {path} splits {size} units (heads x width, or hidden units), "
+                              f"which do not divide by {tp}")
 
 
 def _check_model_kwargs(spec, cfg: TrainConfig) -> None:

@@ -9,7 +9,11 @@ wrap it. The model code itself never sees any of this.
     ddp     DistributedDataParallel, one process per device (torchrun)
     fsdp    FSDP2: `fully_shard` on each block the paper names, then on the root
     tp      tensor parallel (`--tp N`): the linear layers of the paper's `tp_plan` split over the
-            processes (common.tensor_parallel); every process reads the same batches
+            processes (common.tensor_parallel); the ranks of a group read the same batches
+    hsdp    FSDP2 on a 2-D mesh: replicated across --dp-replicate, sharded within --dp-shard
+
+and tensor parallel beside data parallel (fsdp+tp, ddp+tp, hsdp+tp): the layers split first, then
+FSDP2 over the data-parallel dimensions of the mesh (common.mesh).
 """
 
 import contextlib
@@ -21,7 +25,6 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DataParallel, DistributedDataParallel
@@ -94,42 +97,41 @@ def resolve_strategy(strategy: str, world_size: int, cuda_devices: int | None = 
 DECODING_METHODS = ("encode", "decode_step")
 
 
-def data_parallel(env: Env, tp: int = 1) -> tuple[int, int]:
-    """This process's place among the ranks that read different data, and their number: under tensor
-    parallelism the `tp` consecutive ranks of a group read the same batches."""
-    return env.rank // tp, env.world_size // tp
-
-
 def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str | None = None,
-                precision: str = "fp32", tp_plan: dict[str, str] | None = None, tp: int = 1) -> nn.Module:
-    """Move, compile, wrap: the one order every strategy follows.
+                precision: str = "fp32", tp_plan: dict[str, str] | None = None, layout=None, mesh=None) -> nn.Module:
+    """Move, split, compile, wrap: the one order every strategy follows.
 
     Args:
+        strategy: single, dp, ddp, or a layout's strategy (common.mesh: fsdp, hsdp, tp, fsdp+tp, ...).
         compile: torch.compile's arguments (mode, backend), or None for eager.
         shard_blocks: the (dotted) attribute holding the model's repeated blocks (a ModuleList);
             fsdp shards each of them as a unit, then the root; None: the root only.
         precision: with fsdp and bf16, parameters are gathered in bf16 and gradients
             reduced in fp32.
-        tp_plan, tp: tp splits the plan's layers of each block over `tp` ranks (all of them).
+        tp_plan, layout, mesh: with tensor parallelism (layout.tp > 1) the plan's layers of each block
+            are split over the mesh's tp dimension first; data parallelism beside it is FSDP2 over the
+            mesh's data-parallel dimensions.
     """
     model = model.to(env.device)
-    if strategy == "tp":
+    if layout is not None and layout.tp > 1:
         from common import tensor_parallel
 
-        mesh = init_device_mesh(env.device.type, (env.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
         tensor_parallel.apply(model, shard_blocks, tp_plan, mesh["tp"])
-        if compile is not None:
-            model.compile(**compile)
-        return model
-    if strategy == "fsdp":
+    if strategy in ("fsdp", "hsdp") or (layout is not None and layout.tp > 1 and layout.dp > 1):
+        from common.mesh import data_parallel_mesh
+
+        dp_mesh = data_parallel_mesh(mesh, layout) if mesh is not None else None
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
+        placement = None
+        if layout is not None and layout.tp > 1:
+            from common.tensor_parallel import fsdp_placement as placement
         for block in model.get_submodule(shard_blocks) if shard_blocks else ():
             if compile is not None:
                 block.compile(**compile)
-            fully_shard(block, mp_policy=mp)
+            fully_shard(block, mesh=dp_mesh, mp_policy=mp, shard_placement_fn=placement)
         if compile is not None and not shard_blocks:
             model.compile(**compile)
-        model = fully_shard(model, mp_policy=mp)
+        model = fully_shard(model, mesh=dp_mesh, mp_policy=mp, shard_placement_fn=placement)
         for method in DECODING_METHODS:  # a seq2seq model decodes through these, outside forward
             if callable(getattr(model, method, None)):
                 register_fsdp_forward_method(model, method)
@@ -175,18 +177,19 @@ def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
     norm of the whole gradient, gathered over the shards, not of the local shard."""
     parameters = [p for p in parameters if p.grad is not None]
     grads = [p.grad for p in parameters]
-    if len({isinstance(g, DTensor) for g in grads}) == 1:  # all whole, or all sharded alike (fsdp)
+    if len({g.device_mesh if isinstance(g, DTensor) else None for g in grads}) == 1:  # all whole, or fsdp's
         total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         if isinstance(total_norm, DTensor):
             total_norm = total_norm.full_tensor()
-    else:  # tensor parallel: some whole, some split in different ways; each one's norm, then all's
+    else:  # tensor parallel: some whole or split on other meshes; each one's norm, then all's
         norms = [torch.linalg.vector_norm(g) for g in grads]
         total_norm = torch.linalg.vector_norm(torch.stack([n.full_tensor() if isinstance(n, DTensor) else n
                                                            for n in norms]))
-    for kind in (False, True):  # a foreach kernel takes whole tensors or DTensors, not both at once
-        group = [p for p in parameters if isinstance(p.grad, DTensor) == kind]
-        if group:
-            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total_norm, foreach=True)
+    meshes = {}  # a foreach kernel takes whole tensors, or DTensors of one mesh, not a mix
+    for p in parameters:
+        meshes.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
+    for group in meshes.values():
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total_norm, foreach=True)
     return total_norm
 
 

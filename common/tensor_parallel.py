@@ -18,7 +18,7 @@ are given. Everything outside the plan (embeddings, norms, the head) stays whole
 
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.distributed.tensor.placement_types import _StridedShard
 
@@ -35,10 +35,13 @@ class FusedColwiseParallel(ColwiseParallel):
         self.parts = parts
 
     def _partition_linear_fn(self, name, module, device_mesh):
-        for name, param in module.named_parameters():
-            placement = [_StridedShard(0, split_factor=self.parts)]
-            module.register_parameter(name, nn.Parameter(distribute_tensor(param, device_mesh, placement),
-                                                         requires_grad=param.requires_grad))
+        # the weight split by strides; the bias whole on every rank (each adds its share of it), so that
+        # fsdp beside can shard the weight by its other dimension and the bias by its only one
+        weight = distribute_tensor(module.weight, device_mesh, [_StridedShard(0, split_factor=self.parts)])
+        module.register_parameter("weight", nn.Parameter(weight, requires_grad=module.weight.requires_grad))
+        if module.bias is not None:
+            bias = distribute_tensor(module.bias, device_mesh, [Replicate()])
+            module.register_parameter("bias", nn.Parameter(bias, requires_grad=module.bias.requires_grad))
 
 
 def style(kind: str):
@@ -80,6 +83,13 @@ def apply(model: nn.Module, shard_blocks: str, plan: dict[str, str], mesh: Devic
         block_plan = {path: style(kind) for path, kind in plan.items() if _has(block, path)}
         parallelize_module(block, mesh, block_plan)
     return model
+
+
+def fsdp_placement(param):
+    """Where fsdp beside tensor parallelism shards a parameter: a strided weight by its columns (its rows
+    are split by strides already, which two strided splits of one dimension cannot describe), the rest
+    as fsdp does (None: by rows)."""
+    return Shard(1) if is_strided(param) else None
 
 
 def is_strided(t) -> bool:

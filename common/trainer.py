@@ -31,13 +31,14 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from common import checkpoint, parallel
+from common import checkpoint, mesh, parallel
 from common.activations import SavedActivations, apply_checkpointing
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, eval_loader, get_dataset, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import ConfigError
+from common.mesh import Layout
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
 from common.pretrained import build_model, reference_model
@@ -124,8 +125,14 @@ class Trainer:
         self.started = time.perf_counter()  # wall time counts from here, and again after each save
         self.cfg, self.env, self.argv, self.resuming = cfg, env, argv, resuming
         self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
-        self.strategy = "tp" if cfg.tp > 1 else parallel.resolve_strategy(cfg.strategy, env.world_size)
-        self.dp_rank, self.dp_size = parallel.data_parallel(env, cfg.tp)  # the ranks that read different data
+        self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
+        self.layout, self.mesh = Layout(), None
+        if env.world_size > 1:  # the processes as a mesh (common.mesh); ddp and fsdp are its common layouts
+            self.layout = mesh.resolve(self.strategy, env.world_size, cfg.dp_replicate, cfg.dp_shard, cfg.tp)
+            self.strategy = self.layout.strategy
+            if self.strategy not in ("ddp", "fsdp"):  # those two need no mesh but the whole group
+                self.mesh = mesh.build(self.layout, env.device.type)
+        self.dp_rank, self.dp_size = self.layout.dp_rank(env.rank), self.layout.dp  # the ranks reading different data
         if env.is_main:
             parallel.warn_fallback(cfg.strategy, self.strategy)
         self.facts = self.data.facts(**options(cfg))
@@ -268,7 +275,7 @@ class Trainer:
         self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
         self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
                                           shard_blocks=self.spec.shard_blocks, precision=cfg.precision,
-                                          tp_plan=self.spec.tp_plan, tp=cfg.tp)
+                                          tp_plan=self.spec.tp_plan, layout=self.layout, mesh=self.mesh)
         self.eval_model = parallel.eval_module(self.model)
         self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr_in_use, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)
@@ -469,9 +476,10 @@ class Trainer:
         model, device = self.eval_model, self.env.device
         model.eval()
         metrics = self.task.build_metrics(device)
-        if self.dp_size == 1:  # one process, or tensor parallel: every rank scores every batch
+        if self.dp_size < self.env.world_size:  # tensor parallel: the ranks of a group score the same batches
+            group = mesh.data_parallel_group(self.mesh, self.layout)
             for metric in metrics.values():
-                metric.sync_on_compute = False
+                metric.sync_on_compute, metric.process_group = self.dp_size > 1, group
         batches, first = iter(self.test_loader), None
         for _ in range(parallel.all_reduce_max(len(self.test_loader))):
             batch = next(batches, None)

@@ -66,5 +66,6 @@ def test_tp_refusals(capsys):
     assert len(err) == 1 and "torchrun --nproc_per_node 2" in err[0]
     message = refusal(dict(paper="gpt", dataset="pydoc", tp=3), world_size=3)  # 4 heads of 32, 128 wide: not in 3
     assert "do not divide by 3" in message and "\n" not in message
-    message = refusal(dict(paper="gpt", dataset="pydoc", tp=2, strategy="fsdp"), world_size=2)
-    assert "drop --strategy fsdp" in message
+    message = refusal(dict(paper="gpt", dataset="pydoc", dp_shard=2, tp=2), world_size=2)
+    assert message == ("--dp-replicate 1 x --dp-shard 2 x --tp 2 = 4 processes, but 2 were launched "
+                       "(torchrun --nproc_per_node 4)")
