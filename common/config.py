@@ -83,6 +83,7 @@ class TrainConfig:
     dp_replicate: int | None = None  # data-parallel copies (common.mesh); None: as --strategy says
     dp_shard: int | None = None  # data-parallel ranks sharding the model (FSDP2); None: as --strategy says
     tp: int = 1  # tensor-parallel ranks (--tp): the paper's tp_plan split over this many processes
+    sequence_parallel: bool = False  # with --tp, the positions between the split layers split too
     ac: str = "none"  # activation checkpointing: none, full (every block) or selective (every other block)
     compile: bool = False
     compile_mode: str = "default"  # torch.compile's mode
@@ -306,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "and optimizer state (FSDP2)")
     p.add_argument("--tp", type=positive_int, help="tensor parallel: split the linear layers of the paper's tp_plan "
                    "over this many neighbouring processes (vit, gpt, transformer)")
+    _switch(p, "--sequence-parallel", help="with --tp: split the positions between the split layers (the norms, "
+            "residual adds and dropouts) over the ranks too (pre-norm blocks: vit, gpt's GPT-2 flavors)")
     p.add_argument("--ac", choices=AC_MODES, help="activation checkpointing: each of the paper's blocks (full) or every "
                    "other block (selective) recomputes its activations in backward (default none)")
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
@@ -327,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "sequence_parallel", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
              "compile_mode", "compile_backend", "download", "profile"}
 
 
@@ -549,6 +552,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(str(e)) from None
     if cfg.tp > 1:
         _check_tensor_parallel(spec, cfg.tp, model)
+    if cfg.sequence_parallel:
+        _check_sequence_parallel(spec, cfg, model)
     if world_size > 1 or cfg.tp > 1 or (cfg.dp_replicate or 1) > 1 or (cfg.dp_shard or 1) > 1:
         try:
             resolve_layout(resolve_strategy(cfg.strategy, world_size), world_size, cfg.dp_replicate, cfg.dp_shard,
@@ -577,6 +582,18 @@ def _check_tensor_parallel(spec, tp: int, model) -> None:
         if size % tp:
             raise ConfigError(f"--tp {tp}: {path} splits {size} units (heads x width, or hidden units), "
                               f"which do not divide by {tp}")
+
+
+def _check_sequence_parallel(spec, cfg: TrainConfig, model) -> None:
+    """--sequence-parallel: with --tp, and blocks whose norms sit at their sub-layers' inputs."""
+    if cfg.tp < 2:
+        raise ConfigError("--sequence-parallel splits the positions between tensor-parallel ranks; add --tp N")
+    if "norm" not in spec.tp_plan.values():
+        raise ConfigError(f"--sequence-parallel splits the positions at a block's pre-norms; {spec.name}'s plan "
+                          f"names none (its blocks normalise after their sub-layers)")
+    if not all(getattr(block, "pre_norm", True) for block in model.get_submodule(spec.shard_blocks)):
+        raise ConfigError(f"--sequence-parallel splits the positions at a block's pre-norms; {spec.name} "
+                          f"{cfg.flavor}'s blocks normalise after their sub-layers (post-norm)")
 
 
 def _check_model_kwargs(spec, cfg: TrainConfig) -> None:

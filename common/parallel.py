@@ -98,7 +98,8 @@ DECODING_METHODS = ("encode", "decode_step")
 
 
 def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str | None = None,
-                precision: str = "fp32", tp_plan: dict[str, str] | None = None, layout=None, mesh=None) -> nn.Module:
+                precision: str = "fp32", tp_plan: dict[str, str] | None = None, layout=None, mesh=None,
+                sequence_parallel: bool = False) -> nn.Module:
     """Move, split, compile, wrap: the one order every strategy follows.
 
     Args:
@@ -110,13 +111,14 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None 
             reduced in fp32.
         tp_plan, layout, mesh: with tensor parallelism (layout.tp > 1) the plan's layers of each block
             are split over the mesh's tp dimension first; data parallelism beside it is FSDP2 over the
-            mesh's data-parallel dimensions.
+            mesh's data-parallel dimensions; `sequence_parallel` splits the positions between the
+            split layers too.
     """
     model = model.to(env.device)
     if layout is not None and layout.tp > 1:
         from common import tensor_parallel
 
-        tensor_parallel.apply(model, shard_blocks, tp_plan, mesh["tp"])
+        tensor_parallel.apply(model, shard_blocks, tp_plan, mesh["tp"], sequence_parallel)
     if strategy in ("fsdp", "hsdp") or (layout is not None and layout.tp > 1 and layout.dp > 1):
         from common.mesh import data_parallel_mesh
 

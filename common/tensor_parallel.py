@@ -11,18 +11,31 @@ blocks (`shard_blocks`) mapped to a kind:
     colwise-qkv  a fused q, k, v matrix (W_qkv): split by columns within each of the three, so
                  that a rank holds whole heads of each
     rowwise      split by input rows (the attention's W_o; the MLP's second layer)
+    norm         a pre-norm block's layer norm (at a sub-layer's input): whole on every rank, or with
+                 --sequence-parallel where the sequence is split
 
 The attention then runs on the rank's own heads: the models count their heads from the width they
 are given. Everything outside the plan (embeddings, norms, the head) stays whole on every rank.
+
+Sequence parallelism (Korthikanti et al. 2022, `--sequence-parallel`): between the pairs, where
+every rank would compute the same thing (the norms, the residual adds, the dropouts), each rank
+takes its share of the positions instead. A block splits its input along the sequence; a norm
+normalises its own positions and gathers the whole sequence for the column-wise layers after it;
+a row-wise layer's partial sums are reduce-scattered (not all-reduced) back to the rank's positions;
+the block gathers its output. The activations between the pairs take 1/N of the memory; the
+communication is the same in volume. A dropout there draws for the rank's positions only, so with
+dropout on the numbers differ from one process's.
 """
 
+import torch
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import distribute_module
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.distributed.tensor.placement_types import _StridedShard
 
-KINDS = ("colwise", "rowwise", "colwise-qkv")
+KINDS = ("colwise", "rowwise", "colwise-qkv", "norm")
 
 
 class FusedColwiseParallel(ColwiseParallel):
@@ -44,11 +57,11 @@ class FusedColwiseParallel(ColwiseParallel):
             module.register_parameter("bias", nn.Parameter(bias, requires_grad=module.bias.requires_grad))
 
 
-def style(kind: str):
+def style(kind: str, sequence_parallel: bool = False):
     if kind == "colwise":
         return ColwiseParallel()
-    if kind == "rowwise":
-        return RowwiseParallel()
+    if kind == "rowwise":  # with the sequence split, the partial sums are reduce-scattered over the positions
+        return RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
     if kind == "colwise-qkv":
         return FusedColwiseParallel(3)
     raise ValueError(f"unknown tensor-parallel kind '{kind}'; choose from: {', '.join(KINDS)}")
@@ -60,9 +73,8 @@ def split_sizes(model: nn.Module, shard_blocks: str, plan: dict[str, str]) -> di
     sizes = {}
     for i, block in enumerate(model.get_submodule(shard_blocks)):
         for path, kind in plan.items():
-            layer = block.get_submodule(path) if _has(block, path) else None
-            if layer is not None:
-                rows, cols = layer.weight.shape
+            if kind != "norm" and _has(block, path):
+                rows, cols = block.get_submodule(path).weight.shape
                 sizes[f"{shard_blocks}.{i}.{path}"] = cols if kind == "rowwise" else rows // (3 if kind == "colwise-qkv" else 1)
     return sizes
 
@@ -75,14 +87,47 @@ def _has(module: nn.Module, path: str) -> bool:
         return False
 
 
-def apply(model: nn.Module, shard_blocks: str, plan: dict[str, str], mesh: DeviceMesh) -> nn.Module:
-    """Split the planned layers of every block over `mesh` (1-D, the tensor-parallel ranks), in place.
-    A path of the plan that a block does not have (a decoder's cross-attention in an encoder layer)
-    is skipped there."""
+def apply(model: nn.Module, shard_blocks: str, plan: dict[str, str], mesh: DeviceMesh,
+          sequence_parallel: bool = False) -> nn.Module:
+    """Split the planned layers of every block over `mesh` (1-D, the tensor-parallel ranks), in place;
+    with `sequence_parallel`, split the positions between them too. A path of the plan that a block
+    does not have (a decoder's cross-attention in an encoder layer) is skipped there."""
     for block in model.get_submodule(shard_blocks):
-        block_plan = {path: style(kind) for path, kind in plan.items() if _has(block, path)}
-        parallelize_module(block, mesh, block_plan)
+        layers = {path: style(kind, sequence_parallel) for path, kind in plan.items()
+                  if kind != "norm" and _has(block, path)}
+        parallelize_module(block, mesh, layers)
+        if sequence_parallel:
+            _split_sequence(block, [block.get_submodule(p) for p, k in plan.items() if k == "norm" and _has(block, p)],
+                            mesh)
     return model
+
+
+def _split_sequence(block: nn.Module, norms: list[nn.Module], mesh: DeviceMesh) -> None:
+    """The block reads and returns the whole sequence (B, T, ...) and works on its share of the positions
+    in between: it splits its input, its norms gather their outputs (the layers after them read every
+    position), its row-wise layers scatter theirs, and it gathers its output (a tuple's first element)."""
+    positions = {}  # T of the block's input, which the gathers restore
+
+    def whole(local: torch.Tensor) -> DTensor:
+        shape = (local.shape[0], positions["T"], *local.shape[2:])
+        return DTensor.from_local(local, mesh, [Shard(1)], run_check=False, shape=shape,
+                                  stride=torch.empty(shape, device="meta").stride())
+
+    def split(module, args, kwargs):
+        positions["T"] = args[0].shape[1]
+        share = DTensor.from_local(args[0], mesh, [Replicate()], run_check=False).redistribute(mesh, [Shard(1)])
+        return (share.to_local(), *args[1:]), kwargs
+
+    def gather(module, args, kwargs, output):
+        first = output[0] if isinstance(output, tuple) else output
+        first = whole(first).redistribute(mesh, [Replicate()]).to_local()
+        return (first, *output[1:]) if isinstance(output, tuple) else first
+
+    block.register_forward_pre_hook(split, with_kwargs=True)
+    block.register_forward_hook(gather, with_kwargs=True)
+    for norm in norms:  # its weights whole on every rank; their gradients summed over the ranks' positions
+        distribute_module(norm, mesh, input_fn=lambda m, inputs, mesh: (whole(inputs[0]),),
+                          output_fn=lambda m, output, mesh: output.redistribute(mesh, [Replicate()]).to_local())
 
 
 def fsdp_placement(param):

@@ -275,7 +275,8 @@ class Trainer:
         self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
         self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
                                           shard_blocks=self.spec.shard_blocks, precision=cfg.precision,
-                                          tp_plan=self.spec.tp_plan, layout=self.layout, mesh=self.mesh)
+                                          tp_plan=self.spec.tp_plan, layout=self.layout, mesh=self.mesh,
+                                          sequence_parallel=cfg.sequence_parallel)
         self.eval_model = parallel.eval_module(self.model)
         self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr_in_use, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)

@@ -58,7 +58,8 @@ class PaperSpec:
         tp_plan: tensor parallelism (`--tp N`, common.tensor_parallel): paths within each of the
             `shard_blocks` mapped to how their linear layer is split over the ranks, "colwise" (by
             output columns), "colwise-qkv" (a fused q, k, v matrix, by columns within each) or
-            "rowwise" (by input rows). Empty: the paper does not take --tp.
+            "rowwise" (by input rows), and the pre-norms "norm" where --sequence-parallel splits the
+            positions. Empty: the paper does not take --tp.
         data_kwargs: the facts of a dataset that the model class takes (num_classes,
             in_chans, img_size, input_size, seq_len).
         padded_batches: the model reads padded batches of samples of different sizes:

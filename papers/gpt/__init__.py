@@ -99,7 +99,8 @@ PAPER = PaperSpec(
     data_kwargs=("vocab_size",),
     shard_blocks="blocks",
     # Megatron-LM's split of a Transformer block: the attention's heads and the MLP's hidden units
-    tp_plan={"attn.W_qkv": "colwise-qkv", "attn.W_o": "rowwise", "mlp.W_1": "colwise", "mlp.W_2": "rowwise"},
+    tp_plan={"attn.W_qkv": "colwise-qkv", "attn.W_o": "rowwise", "mlp.W_1": "colwise", "mlp.W_2": "rowwise",
+             "norm1": "norm", "norm2": "norm"},
     padded_batches=False,
     reference_models=(ReferenceModel("transformers:GPT2LMHeadModel", (64, 128), TINY_HF, hf_reference, from_hf),
                       ReferenceModel("transformers:GPT2LMHeadModel", (1, 256), {}, hf_reference, from_hf)),

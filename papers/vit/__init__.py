@@ -62,7 +62,8 @@ PAPER = PaperSpec(
     data_kwargs=("num_classes", "in_chans", "img_size"),
     shard_blocks="blocks",
     # Megatron-LM's split of a Transformer block: the attention's heads and the MLP's hidden units
-    tp_plan={"msa.W_qkv": "colwise-qkv", "msa.W_o": "rowwise", "mlp.fc1": "colwise", "mlp.fc2": "rowwise"},
+    tp_plan={"msa.W_qkv": "colwise-qkv", "msa.W_o": "rowwise", "mlp.fc1": "colwise", "mlp.fc2": "rowwise",
+             "norm1": "norm", "norm2": "norm"},
     padded_batches=True,
     pretrained={"timm": from_timm},
     reference_models=(ReferenceModel("timm:vit_base_patch16_224", (64, 1, 8, 8),  # the tiny flavor's sizes
