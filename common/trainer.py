@@ -126,15 +126,16 @@ class Trainer:
         self.cfg, self.env, self.argv, self.resuming = cfg, env, argv, resuming
         self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
         self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
-        self.layout, self.mesh = Layout(), None
+        if env.is_main:
+            parallel.warn_fallback(cfg.strategy, self.strategy)
+        self.layout, self.mesh, self.dp_group = Layout(), None, None
         if env.world_size > 1:  # the processes as a mesh (common.mesh); ddp and fsdp are its common layouts
             self.layout = mesh.resolve(self.strategy, env.world_size, cfg.dp_replicate, cfg.dp_shard, cfg.tp)
             self.strategy = self.layout.strategy
             if self.strategy not in ("ddp", "fsdp"):  # those two need no mesh but the whole group
                 self.mesh = mesh.build(self.layout, env.device.type)
+                self.dp_group = mesh.data_parallel_group(self.mesh, self.layout)
         self.dp_rank, self.dp_size = self.layout.dp_rank(env.rank), self.layout.dp  # the ranks reading different data
-        if env.is_main:
-            parallel.warn_fallback(cfg.strategy, self.strategy)
         self.facts = self.data.facts(**options(cfg))
         decoding = dict(beam=cfg.beam, length_penalty=cfg.length_penalty) if self.data.task == "seq2seq" else {}
         self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding)
@@ -295,7 +296,8 @@ class Trainer:
             if "tokenizer" in self.facts:  # a tokenizer trained for this run (BPE): what reads its tokens
                 (run_dir / "tokenizer.json").write_text(self.facts["tokenizer"])
             where = f"resumed at step {self.state['step']} from {resumed_from}" if resumed_from else "new run"
-            print(f"{where}; config ({self.strategy}, {env.world_size} process(es), {env.device}):", flush=True)
+            layout = f": {self.layout.describe()}" if self.layout.tp > 1 or self.strategy == "hsdp" else ""
+            print(f"{where}; config ({self.strategy}{layout}, {env.world_size} process(es), {env.device}):", flush=True)
             for key, value in cfg.to_dict().items():
                 print(f"  {key:16s} {value}", flush=True)
             print(f"speed: {self.flops_per_sample / 1e9:.4g} GFLOP per sample per training step (counted on one "
@@ -478,9 +480,8 @@ class Trainer:
         model.eval()
         metrics = self.task.build_metrics(device)
         if self.dp_size < self.env.world_size:  # tensor parallel: the ranks of a group score the same batches
-            group = mesh.data_parallel_group(self.mesh, self.layout)
             for metric in metrics.values():
-                metric.sync_on_compute, metric.process_group = self.dp_size > 1, group
+                metric.sync_on_compute, metric.process_group = self.dp_size > 1, self.dp_group
         batches, first = iter(self.test_loader), None
         for _ in range(parallel.all_reduce_max(len(self.test_loader))):
             batch = next(batches, None)
