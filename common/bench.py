@@ -13,6 +13,9 @@ Rows:
     e  bf16 autocast against fp32 training on this device: samples/s
     f  ddp on 2 processes against 1 process at the same global batch, and fsdp against ddp
     g  inference latency at batch 1 and 32: compiled, and onnxruntime on the CPU, against eager
+    h  (not in the default rows) per rank, the bytes of parameters, gradients, AdamW's state and saved
+       activations, and the step time against ddp's, of each layout of 4 processes (ddp, fsdp, tp x dp,
+       fsdp x tp, hsdp), with and without --ac full: GPT-2-124M at 256 positions and ViT-B/16
     batch  (not in the default rows) training samples/s and wall time to a target test metric at batch
        sizes from 16 to beyond what --batch-size auto picks, the learning rate scaled: common.bench_batch
 Prints a markdown table.
@@ -394,7 +397,49 @@ def row_g(args, device) -> list[dict]:
     return out
 
 
-ROWS = {"a": row_a, "b": row_b, "c": row_c, "d": row_d, "e": row_e, "f": row_f, "g": row_g}
+# Row h: the models and the layouts of 4 processes it compares (common.bench_memory runs one each).
+MEMORY_MODELS = {"GPT-2-124M": ("gpt", "GPT-2-124M"), "ViT-B/16": ("vit", "ViT-B/16")}
+MEMORY_LAYOUTS = {
+    "ddp": [],
+    "fsdp": ["--strategy", "fsdp"],
+    "tp 2 x dp 2": ["--dp-replicate", "2", "--tp", "2"],
+    "fsdp 2 x tp 2": ["--dp-shard", "2", "--tp", "2"],
+    "hsdp 2 x 2": ["--dp-replicate", "2", "--dp-shard", "2"],
+}
+
+
+def _memory_run(flags: list[str], nproc: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master-port",
+                        str(_free_port()), "-m", "common.bench_memory", *flags, "--out", f"{tmp}/h.json"],
+                       check=True, capture_output=True, cwd=ROOT)
+        return json.loads(Path(f"{tmp}/h.json").read_text())
+
+
+def row_h(args, device) -> list[dict]:
+    """Per rank: the bytes of parameters, gradients, AdamW's state and saved activations, and the step time
+    against ddp's, for each layout of 4 processes, with and without --ac full (GPT-2 at 256 positions)."""
+    out = []
+    models = {"tiny GPT": ("gpt", "tiny"), "tiny ViT": ("vit", "tiny")} if args.quick else MEMORY_MODELS
+    for label, (paper, flavor) in models.items():
+        base = ["--paper", paper, "--flavor", flavor, "--block", "256" if not args.quick else "64",
+                "--batch", "4", "--steps", str(max(2, min(args.steps, 3)))]
+        ddp = None
+        for ac in ("none", "full"):
+            for layout, flags in MEMORY_LAYOUTS.items():
+                run = _memory_run(base + flags + ["--ac", ac], 4)
+                most = {k: max(r[k] for r in run["ranks"]) for k in ("params", "grads", "optimizer", "activations")}
+                step = statistics.median(r["step_s"] for r in run["ranks"])
+                ddp = ddp or (most, step)
+                out.append({"row": "h", "model": label, "layout": f"{layout}" + (", ac full" if ac == "full" else ""),
+                            **{f"{k} bytes/rank": f"{v:,}" for k, v in most.items()},
+                            "params vs ddp": f"{most['params'] / ddp[0]['params']:.2f}",
+                            "activations vs ddp": f"{most['activations'] / ddp[0]['activations']:.2f}",
+                            "step time vs ddp": f"{step / ddp[1]:.2f}"})
+    return out
+
+
+ROWS = {"a": row_a, "b": row_b, "c": row_c, "d": row_d, "e": row_e, "f": row_f, "g": row_g, "h": row_h}
 
 
 def _quiet(fn, *a):
@@ -407,15 +452,22 @@ def _quiet(fn, *a):
 
 
 def markdown(rows: list[dict]) -> str:
-    keys = ["row", "comparison", "A", "B", "ratio A/B", "target", "met"]
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
-    return "\n".join(lines)
+    """One table per run of rows with the same columns (row h has its own)."""
+    tables, start = [], 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end].keys() != rows[start].keys():
+            keys = list(rows[start])
+            lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+            lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows[start:end]]
+            tables.append("\n".join(lines))
+            start = end
+    return "\n\n".join(tables)
 
 
 def main(argv: list[str] | None = None) -> str | int:
     p = argparse.ArgumentParser(prog="python -m common.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--rows", default=",".join(ROWS), help="which rows, e.g. a,b; or batch (see common.bench_batch)")
+    p.add_argument("--rows", default=",".join(r for r in ROWS if r != "h"),
+                   help="which rows, e.g. a,b; h (the memory of each layout); or batch (see common.bench_batch)")
     p.add_argument("--papers", help="which papers (default: all but detection's; for row batch resnet,vit)")
     p.add_argument("--repeats", type=int, default=5, help="alternated repeats per measurement (median reported)")
     p.add_argument("--steps", type=int, default=60, help="training steps per run in rows a and f")
