@@ -7,8 +7,6 @@ from common.mesh import Layout, resolve
 from tests.conftest import interrupted_copy, load_json, max_difference, torchrun, weights
 from train import main
 
-pytestmark = pytest.mark.xdist_group("mesh")  # one worker makes the module's runs once
-
 # clipping small enough to act on every step, two micro-steps a step
 FLAGS = ["--paper", "vit", "--max-steps", "4", "--batch-size", "32", "--grad-accum", "2", "--clip-grad", "0.3",
          "--ckpt-every", "1", "--keep-ckpts", "4", "--wandb", "disabled"]

@@ -10,8 +10,6 @@ from papers import get_paper, list_papers
 from tests.conftest import interrupted_copy, load_json, max_difference, torchrun, weights
 from train import main
 
-pytestmark = pytest.mark.xdist_group("tensor_parallel")  # one worker makes the module's runs once
-
 PAPERS = ("vit", "gpt", "transformer")
 SEQUENCE_PARALLEL = ("vit", "gpt")  # pre-norm blocks
 # clipping small enough to act on every step; a checkpoint after step 2 for the resume
