@@ -10,9 +10,13 @@ second forward of the checkpointed blocks.
 `SavedActivations` counts what a forward keeps, exactly: it sees every tensor autograd saves
 (`torch.autograd.graph.saved_tensors_hooks`) and adds each distinct storage once, leaving out the
 parameters' own storages (a weight a layer saves is not an activation), plus the inputs that
-checkpointed blocks keep for their recomputation. The trainer logs it for every run as
-`memory/saved_activation_bytes`.
+checkpointed blocks keep for their recomputation; and it sees each let go, so that it reports the
+peak (a pipeline's 1F1B schedule frees a microbatch's activations before the last forward). The
+trainer logs it for every run as `memory/saved_activation_bytes`.
 """
+
+import functools
+import weakref
 
 import torch
 import torch.nn as nn
@@ -61,42 +65,75 @@ def _is_parameter(t: torch.Tensor) -> bool:
     return base.is_leaf and base.requires_grad
 
 
-class SavedActivations:
-    """Counts the bytes that the forwards run inside it keep for backward.
+class _Saved:
+    """What autograd keeps in place of a saved tensor while the counter runs: the tensor, and the
+    release of its count when autograd lets it go (after the backward that read it)."""
 
-    Use one per forward: `with counter: loss = forward(...)`, then `counter.bytes`. Each distinct
-    storage counts once, with all its bytes (what stays allocated); parameters do not count; the
-    inputs of `checkpointed` blocks (kept to recompute them) do.
+    __slots__ = ("tensor", "release")
+
+    def __init__(self, tensor: torch.Tensor, release):
+        self.tensor, self.release = tensor, release
+
+    def __del__(self):
+        self.release()
+
+
+class SavedActivations:
+    """Counts the bytes that the forwards run inside it keep for backward, at their peak.
+
+    Use one per step: `with counter: loss = forward(...)` (a pipeline's step, forwards and backwards
+    interleaved, runs inside it whole), then `counter.bytes`. Each distinct storage counts once, with
+    all its bytes (what stays allocated), from the forward that saves it until the backward that
+    frees it; `bytes` is the largest sum at any moment. Parameters do not count; the inputs of
+    `checkpointed` blocks (kept to recompute them) do, while they live.
     """
 
     def __init__(self, checkpointed: list[nn.Module] = ()):
-        self.storages: dict[int, int] = {}
+        self.live: dict[int, list[int]] = {}  # storage -> [bytes, references held]
+        self.current = self.peak = 0
         self._hooks = None
         for block in checkpointed:
             block.register_forward_pre_hook(self._block_inputs, with_kwargs=True)
 
     @property
     def bytes(self) -> int:
-        return sum(self.storages.values())
+        return self.peak
 
-    def _add(self, t: torch.Tensor) -> None:
+    def _hold(self, t: torch.Tensor):
+        """Count t's storage (once, however many hold it); returns what lets this hold go."""
         storage = _local(t).untyped_storage()
-        self.storages[storage.data_ptr()] = storage.nbytes()
+        key = storage.data_ptr()
+        entry = self.live.setdefault(key, [storage.nbytes(), 0])
+        if entry[1] == 0:
+            self.current += entry[0]
+            self.peak = max(self.peak, self.current)
+        entry[1] += 1
+        return functools.partial(self._release, key, entry)
 
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        if not _is_parameter(t):
-            self._add(t)
-        return t
+    def _release(self, key: int, entry: list[int]) -> None:
+        if self.live.get(key) is not entry:  # counted before the counter was last restarted
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.current -= entry[0]
+            del self.live[key]
+
+    def _pack(self, t: torch.Tensor):
+        return t if _is_parameter(t) else _Saved(t, self._hold(t))
+
+    @staticmethod
+    def _unpack(saved):
+        return saved.tensor if isinstance(saved, _Saved) else saved
 
     def _block_inputs(self, module, args, kwargs):
         if self._hooks is not None:
             for value in (*args, *kwargs.values()):
                 if isinstance(value, torch.Tensor) and value.requires_grad:
-                    self._add(value)
+                    weakref.finalize(value, self._hold(value))
 
     def __enter__(self):
-        self.storages = {}
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self.live, self.current, self.peak = {}, 0, 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         return self
 

@@ -405,6 +405,8 @@ MEMORY_LAYOUTS = {
     "tp 2 x dp 2": ["--dp-replicate", "2", "--tp", "2"],
     "fsdp 2 x tp 2": ["--dp-shard", "2", "--tp", "2"],
     "hsdp 2 x 2": ["--dp-replicate", "2", "--dp-shard", "2"],
+    "pp 2 x dp 2, gpipe": ["--dp-replicate", "2", "--pp", "2", "--pp-schedule", "gpipe"],
+    "pp 2 x dp 2, 1f1b": ["--dp-replicate", "2", "--pp", "2", "--pp-schedule", "1f1b"],
 }
 
 

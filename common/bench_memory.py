@@ -3,10 +3,13 @@ run under torchrun (`python -m common.bench --rows h` launches one per layout).
 
     torchrun --nproc_per_node 4 -m common.bench_memory --paper gpt --flavor GPT-2-124M --block 256 \\
         --dp-shard 2 --tp 2 --ac full --out h.json
+    torchrun --nproc_per_node 4 -m common.bench_memory --paper vit --flavor ViT-B/16 --dp-replicate 2 \\
+        --pp 2 --pp-schedule gpipe --out h.json
 
 Each rank trains a few steps on random data of the model's kind (token ids, or images) at a global batch
-split between the data-parallel ranks, with the trainer's own pieces (common.mesh, common.parallel,
-common.activations, common.optim), and reports, per rank, the bytes of parameters, gradients, AdamW's
+split between the data-parallel ranks (with --pp, through the stages in --microbatches pieces), with
+the trainer's own pieces (common.mesh, common.parallel, common.pipeline, common.activations,
+common.optim), and reports, per rank, the bytes of parameters, gradients, AdamW's
 state and the activations a forward keeps for backward, and the median seconds of the steps after the
 first.
 """
@@ -20,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from common import mesh, parallel
+from common import mesh, parallel, pipeline
 from common.activations import AC_MODES, SavedActivations, apply_checkpointing
 from common.optim import build_optimizer
 from papers import get_paper
@@ -37,6 +40,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dp-replicate", type=int)
     p.add_argument("--dp-shard", type=int)
     p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--pp-schedule", choices=pipeline.SCHEDULES, default="1f1b")
+    p.add_argument("--microbatches", type=int, help="default: --pp")
     p.add_argument("--ac", choices=AC_MODES, default="none")
     p.add_argument("--out", required=True, help="the JSON file rank 0 writes")
     return p.parse_args(argv)
@@ -53,28 +59,43 @@ def batch(model, args, n: int, seed: int):
     return images, torch.randint(0, model.get_classifier().out_features, (n,), generator=g)
 
 
+def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, -2), targets.flatten())
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     env = parallel.setup()
     try:
         strategy = parallel.resolve_strategy(args.strategy, env.world_size)
-        layout = mesh.resolve(strategy, env.world_size, args.dp_replicate, args.dp_shard, args.tp)
+        layout = mesh.resolve(strategy, env.world_size, args.dp_replicate, args.dp_shard, args.tp, args.pp)
         device_mesh = mesh.build(layout, env.device.type) if layout.strategy not in ("ddp", "fsdp") else None
         spec = get_paper(args.paper)
         torch.manual_seed(0)
         model = spec.build(args.flavor)
         counter = SavedActivations(apply_checkpointing(model, spec.shard_blocks, args.ac))
         inputs, targets = batch(model, args, args.batch // layout.dp, seed=layout.dp_rank(env.rank))
+        if layout.pp > 1:
+            stages = pipeline.stages_of(layout.pp_rank(env.rank), layout.pp, args.pp_schedule)
+            pipeline.split(model, spec.shard_blocks, spec.pipeline, stages,
+                           layout.pp * pipeline.STAGES_PER_RANK[args.pp_schedule])
         model = parallel.parallelize(model, layout.strategy, env, shard_blocks=spec.shard_blocks,
                                      tp_plan=spec.tp_plan, layout=layout, mesh=device_mesh)
+        pipe = (pipeline.Pipeline(model, spec.pipeline, layout, device_mesh, env.rank, env.device, args.pp_schedule,
+                                  args.microbatches or layout.pp, loss_of) if layout.pp > 1 else None)
         optimizer = build_optimizer(parallel.unwrap(model), 1e-4, 0.0)
         seconds, memory = [], None
         for _ in range(args.steps):
             start = time.perf_counter()
             with counter:
-                logits = model(inputs)
-                loss = F.cross_entropy(logits.flatten(0, -2), targets.flatten())
-            loss.backward()
+                if pipe is None:
+                    loss = loss_of(model(inputs), targets)
+                else:  # forwards and backwards interleaved: the counter keeps their peak
+                    pipe.step(inputs, targets)
+            if pipe is None:
+                loss.backward()
+            else:
+                pipe.sync_shared_gradients()
             optimizer.step()
             if memory is None:  # gradients and AdamW's state both exist now
                 memory = parallel.memory_per_rank(model, optimizer) | {"activations": counter.bytes}

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from common.activations import AC_MODES
+from common.pipeline import SCHEDULES as PP_SCHEDULES
 from common.batchsize import LR_SCALINGS
 from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
 from common.errors import ConfigError
@@ -85,6 +86,9 @@ class TrainConfig:
     tp: int = 1  # tensor-parallel ranks (--tp): the paper's tp_plan split over this many processes
     sequence_parallel: bool = False  # with --tp, the positions between the split layers split too
     ac: str = "none"  # activation checkpointing: none, full (every block) or selective (every other block)
+    pp: int = 1  # pipeline-parallel ranks (--pp): the paper's blocks cut into this many stages
+    pp_schedule: str = "1f1b"  # the pipeline's schedule: gpipe, 1f1b or interleaved
+    microbatches: int | None = None  # with --pp: pieces of each rank's batch; None: one per stage's rank (--pp)
     compile: bool = False
     compile_mode: str = "default"  # torch.compile's mode
     compile_backend: str = "inductor"  # torch.compile's backend ("eager" and "aot_eager" check tracing only)
@@ -309,6 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "over this many neighbouring processes (vit, gpt, transformer)")
     _switch(p, "--sequence-parallel", help="with --tp: split the positions between the split layers (the norms, "
             "residual adds and dropouts) over the ranks too (pre-norm blocks: vit, gpt's GPT-2 flavors)")
+    p.add_argument("--pp", type=positive_int, help="pipeline parallel: cut the paper's blocks into stages on this "
+                   "many processes, the embedding with the first, the head and loss with the last (gpt, resnet, vgg, "
+                   "vit)")
+    p.add_argument("--pp-schedule", choices=PP_SCHEDULES, help="with --pp: gpipe, 1f1b (default) or interleaved "
+                   "(two stages per process)")
+    p.add_argument("--microbatches", type=positive_int, help="with --pp: pieces of each process's batch that flow "
+                   "through the stages (default: --pp)")
     p.add_argument("--ac", choices=AC_MODES, help="activation checkpointing: each of the paper's blocks (full) or every "
                    "other block (selective) recomputes its activations in backward (default none)")
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
@@ -330,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that may change when a run is resumed: how it runs, not what it computes
-RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "sequence_parallel", "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "sequence_parallel", "pp", "pp_schedule", "microbatches",
+             "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
              "compile_mode", "compile_backend", "download", "profile"}
 
 
@@ -445,7 +457,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     for choices, name in ((PRECISIONS, "precision"), (WANDB_MODES, "wandb"), (BUCKETING, "bucketing"),
                           (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend"),
                           (RECIPES, "recipe"), (OPTIMIZERS, "optimizer"), (SCHEDULES, "schedule"),
-                          (TOKENIZERS, "tokenizer"), (LR_SCALINGS, "lr_scaling"), (AC_MODES, "ac")):
+                          (TOKENIZERS, "tokenizer"), (LR_SCALINGS, "lr_scaling"), (AC_MODES, "ac"),
+                          (PP_SCHEDULES, "pp_schedule")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
     if cfg.ac != "none" and not spec.shard_blocks:
@@ -499,14 +512,18 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"batch_size must be a positive integer or auto, got '{cfg.batch_size}'")
     if isinstance(cfg.batch_size, int) and cfg.batch_size <= 0:
         raise ConfigError(f"batch_size must be a positive integer or auto, got {cfg.batch_size}")
-    readers = max(1, world_size // cfg.tp)  # the processes that read different data (tensor parallel: a group)
-    shards = readers * cfg.grad_accum
+    readers = max(1, world_size // (cfg.tp * cfg.pp))  # the processes that read different data
+    if cfg.microbatches is not None and cfg.pp == 1 and not resuming:  # a pipeline's run may resume in one process
+        raise ConfigError("--microbatches cuts each batch for a pipeline's stages; add --pp N")
+    microbatches = (cfg.microbatches or cfg.pp) if cfg.pp > 1 else 1
+    shards = readers * cfg.grad_accum * microbatches
     if cfg.batch_size != "auto" and cfg.batch_size % shards:
         below, above = cfg.batch_size // shards * shards, (cfg.batch_size // shards + 1) * shards
         nearest = f"{below} or {above}" if below else f"{above}"
+        pieces = f" x {microbatches} microbatches" if cfg.pp > 1 else ""
         raise ConfigError(
             f"batch size {cfg.batch_size} does not divide over {readers} process(es) x {cfg.grad_accum} "
-            f"accumulation step(s); use a multiple of {shards}, such as {nearest}"
+            f"accumulation step(s){pieces}; use a multiple of {shards}, such as {nearest}"
         )
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     if cfg.precision == "fp16" and device_type != "cuda":
@@ -554,10 +571,12 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         _check_tensor_parallel(spec, cfg.tp, model)
     if cfg.sequence_parallel:
         _check_sequence_parallel(spec, cfg, model)
-    if world_size > 1 or cfg.tp > 1 or (cfg.dp_replicate or 1) > 1 or (cfg.dp_shard or 1) > 1:
+    if cfg.pp > 1:
+        _check_pipeline(spec, cfg, data, variable, model)
+    if world_size > 1 or cfg.tp > 1 or cfg.pp > 1 or (cfg.dp_replicate or 1) > 1 or (cfg.dp_shard or 1) > 1:
         try:
             resolve_layout(resolve_strategy(cfg.strategy, world_size), world_size, cfg.dp_replicate, cfg.dp_shard,
-                           cfg.tp)
+                           cfg.tp, cfg.pp)
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
@@ -594,6 +613,32 @@ def _check_sequence_parallel(spec, cfg: TrainConfig, model) -> None:
     if not all(getattr(block, "pre_norm", True) for block in model.get_submodule(spec.shard_blocks)):
         raise ConfigError(f"--sequence-parallel splits the positions at a block's pre-norms; {spec.name} "
                           f"{cfg.flavor}'s blocks normalise after their sub-layers (post-norm)")
+
+
+def _check_pipeline(spec, cfg: TrainConfig, data, variable: bool, model) -> None:
+    """--pp N: a paper whose forward is a chain of its blocks, at least a block per stage, inputs of one
+    size (stages exchange activations of one shape), a task whose loss reads the outputs alone."""
+    from common.pipeline import STAGES_PER_RANK
+    from common.tasks import TASKS, Task
+    from papers import get_paper, list_papers
+
+    if spec.pipeline is None:
+        having = ", ".join(name for name in sorted(list_papers()) if get_paper(name).pipeline)
+        raise ConfigError(f"--pp cuts a paper whose forward is a chain of its blocks into stages; {spec.name}'s is not "
+                          f"one (papers whose forward is: {having})")
+    stages = cfg.pp * STAGES_PER_RANK[cfg.pp_schedule]
+    blocks = len(model.get_submodule(spec.shard_blocks))
+    if blocks < stages:
+        raise ConfigError(f"--pp {cfg.pp} --pp-schedule {cfg.pp_schedule} cuts {stages} stages, but {spec.name} "
+                          f"{cfg.flavor} has {blocks} blocks ({spec.shard_blocks}); use fewer stages or a deeper "
+                          f"flavor")
+    if variable:
+        raise ConfigError(f"--pp sends activations of one shape between stages, but the {data.inputs}s of {data.name} "
+                          f"differ in size; use a fixed-size data set or --image-size N")
+    if TASKS[data.task].forward is not Task.forward:
+        raise ConfigError(f"--pp runs models that read their inputs alone; {data.task} models also read the targets")
+    if cfg.precision == "fp16":
+        raise ConfigError("--pp with fp16: the scaler's skipped steps are not agreed between stages; use bf16")
 
 
 def _check_model_kwargs(spec, cfg: TrainConfig) -> None:

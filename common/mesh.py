@@ -1,14 +1,17 @@
-"""The processes as one device mesh: data parallel (replicated and sharded), tensor parallel, and
-their product, with torchtitan's names.
+"""The processes as one device mesh: pipeline, data parallel (replicated and sharded), tensor
+parallel, and their products, with torchtitan's names.
 
     --dp-replicate R   copies of the model that average their gradients (DDP; across machines)
     --dp-shard S       ranks that shard parameters, gradients and optimizer state (FSDP2)
     --tp T             ranks that split each block's layers (common.tensor_parallel)
+    --pp P             ranks along a pipeline of the blocks (common.pipeline)
 
-R x S x T is the number of processes; the mesh's dimensions are in that order, so that the T ranks
-of a tensor-parallel group are neighbours (one machine), then the S of a shard group. `--strategy`
+P x R x S x T is the number of processes; the mesh's dimensions are in that order, so that the T
+ranks of a tensor-parallel group are neighbours (one machine), then the S of a shard group, and the
+stages of a pipeline the farthest apart (a stage sends one activation per microbatch). `--strategy`
 is the short form of the common layouts: ddp is R = all, fsdp is S = all; with R and S both above
-1 the run is HSDP (replicate across, shard within), with T above 1 FSDP x TP (2-D) or DDP x TP.
+1 the run is HSDP (replicate across, shard within), with T above 1 FSDP x TP (2-D) or DDP x TP,
+with P above 1 PP x FSDP or PP x DDP (each stage's ranks data parallel among themselves).
 """
 
 from dataclasses import dataclass
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-DIMS = ("dp_replicate", "dp_shard", "tp")
+DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 
 
 @dataclass(frozen=True)
@@ -24,27 +27,33 @@ class Layout:
     dp_replicate: int = 1
     dp_shard: int = 1
     tp: int = 1
+    pp: int = 1
 
     @property
     def world_size(self) -> int:
-        return self.dp_replicate * self.dp_shard * self.tp
+        return self.pp * self.dp_replicate * self.dp_shard * self.tp
 
     @property
     def dp(self) -> int:
         """The ranks that read different batches."""
         return self.dp_replicate * self.dp_shard
 
+    def pp_rank(self, rank: int) -> int:
+        """This rank's place along the pipeline (0: the first stage)."""
+        return rank // (self.world_size // self.pp)
+
     def dp_rank(self, rank: int) -> int:
-        return rank // self.tp
+        return rank % (self.dp * self.tp) // self.tp
 
     @property
     def strategy(self) -> str:
-        """single, ddp, fsdp, hsdp, tp, or a data-parallel strategy +tp."""
+        """single, ddp, fsdp, hsdp, tp, pp, or a data-parallel strategy +tp or +pp."""
         if self.dp_replicate > 1 and self.dp_shard > 1:
             data = "hsdp"
         else:
             data = "fsdp" if self.dp_shard > 1 else "ddp" if self.dp_replicate > 1 else ""
-        return "+".join(part for part in (data, "tp" if self.tp > 1 else "") if part) or "single"
+        model = ("tp" if self.tp > 1 else "", "pp" if self.pp > 1 else "")
+        return "+".join(part for part in (data, *model) if part) or "single"
 
     def describe(self) -> str:
         """The sizes above 1, as the flags name them: 'dp_shard 2 x tp 2'."""
@@ -52,21 +61,27 @@ class Layout:
 
 
 def resolve(strategy: str, world_size: int, dp_replicate: int | None = None, dp_shard: int | None = None,
-            tp: int = 1) -> Layout:
+            tp: int = 1, pp: int = 1) -> Layout:
     """The layout the flags ask for. Where neither --dp-replicate nor --dp-shard is given, the
-    processes left after --tp are data parallel as --strategy says (fsdp: sharded; else replicated).
-    Raises ValueError, in one line, where the product is not the number of processes."""
+    processes left after --tp and --pp are data parallel as --strategy says (fsdp: sharded; else
+    replicated). Raises ValueError, in one line, where the product is not the number of processes or
+    the combination is not supported."""
+    if tp > 1 and pp > 1:
+        raise ValueError(f"--tp {tp} with --pp {pp} is not supported; use one of them (each with data parallelism)")
     if dp_replicate is None and dp_shard is None:
-        if world_size % tp:
-            raise ValueError(f"--tp {tp} needs a multiple of {tp} processes, but {world_size} were launched "
-                             f"(torchrun --nproc_per_node {tp})")
-        rest = world_size // tp
-        return Layout(dp_shard=rest, tp=tp) if strategy == "fsdp" else Layout(dp_replicate=rest, tp=tp)
+        model = tp * pp
+        if world_size % model:
+            flag = f"--tp {tp}" if tp > 1 else f"--pp {pp}"
+            raise ValueError(f"{flag} needs a multiple of {model} processes, but {world_size} were launched "
+                             f"(torchrun --nproc_per_node {model})")
+        rest = world_size // model
+        return (Layout(dp_shard=rest, tp=tp, pp=pp) if strategy == "fsdp"
+                else Layout(dp_replicate=rest, tp=tp, pp=pp))
     if strategy not in ("auto", "single", "ddp", "fsdp"):
         raise ValueError(f"--strategy {strategy} runs one process; the mesh flags lay out several")
-    layout = Layout(dp_replicate or 1, dp_shard or 1, tp)
+    layout = Layout(dp_replicate or 1, dp_shard or 1, tp, pp)
     if layout.world_size != world_size:
-        sizes = " x ".join(f"--{d.replace('_', '-')} {getattr(layout, d)}" for d in DIMS)
+        sizes = " x ".join(f"--{d.replace('_', '-')} {getattr(layout, d)}" for d in DIMS if d != "pp" or pp > 1)
         raise ValueError(f"{sizes} = {layout.world_size} processes, but {world_size} were launched "
                          f"(torchrun --nproc_per_node {layout.world_size})")
     return layout
@@ -76,7 +91,7 @@ def build(layout: Layout, device_type: str) -> DeviceMesh | None:
     """The mesh of the processes, dimensions named as the flags; None in one process."""
     if layout.world_size == 1 or not dist.is_initialized():
         return None
-    return init_device_mesh(device_type, (layout.dp_replicate, layout.dp_shard, layout.tp), mesh_dim_names=DIMS)
+    return init_device_mesh(device_type, tuple(getattr(layout, d) for d in DIMS), mesh_dim_names=DIMS)
 
 
 def data_parallel_mesh(mesh: DeviceMesh, layout: Layout) -> DeviceMesh:
@@ -88,6 +103,6 @@ def data_parallel_mesh(mesh: DeviceMesh, layout: Layout) -> DeviceMesh:
 def data_parallel_group(mesh: DeviceMesh | None, layout: Layout):
     """The process group of the ranks that read different batches with this one (for metrics that
     gather them); None where that is every process."""
-    if mesh is None or layout.tp == 1:
+    if mesh is None or (layout.tp == 1 and layout.pp == 1):
         return None
     return mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group()

@@ -11,9 +11,12 @@ wrap it. The model code itself never sees any of this.
     tp      tensor parallel (`--tp N`): the linear layers of the paper's `tp_plan` split over the
             processes (common.tensor_parallel); the ranks of a group read the same batches
     hsdp    FSDP2 on a 2-D mesh: replicated across --dp-replicate, sharded within --dp-shard
+    pp      pipeline parallel (`--pp N`): each rank's model holds its stages' blocks
+            (common.pipeline, which cuts it before this wrapping)
 
-and tensor parallel beside data parallel (fsdp+tp, ddp+tp, hsdp+tp): the layers split first, then
-FSDP2 over the data-parallel dimensions of the mesh (common.mesh).
+and tensor or pipeline parallel beside data parallel (fsdp+tp, ddp+tp, hsdp+tp, fsdp+pp, ddp+pp):
+the layers split first, then FSDP2 over the data-parallel dimensions of the mesh (common.mesh);
+beside a pipeline, replicated copies (ddp+pp) are FSDP2 too, on a mesh whose shard dimension is 1.
 """
 
 import contextlib
@@ -119,7 +122,7 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None 
         from common import tensor_parallel
 
         tensor_parallel.apply(model, shard_blocks, tp_plan, mesh["tp"], sequence_parallel)
-    if strategy in ("fsdp", "hsdp") or (layout is not None and layout.tp > 1 and layout.dp > 1):
+    if strategy in ("fsdp", "hsdp") or (layout is not None and max(layout.tp, layout.pp) > 1 and layout.dp > 1):
         from common.mesh import data_parallel_mesh
 
         dp_mesh = data_parallel_mesh(mesh, layout) if mesh is not None else None
@@ -128,6 +131,8 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None 
         if layout is not None and layout.tp > 1:
             from common.tensor_parallel import fsdp_placement as placement
         for block in model.get_submodule(shard_blocks) if shard_blocks else ():
+            if not any(True for _ in block.parameters()):  # another pipeline stage's (common.pipeline)
+                continue
             if compile is not None:
                 block.compile(**compile)
             fully_shard(block, mesh=dp_mesh, mp_policy=mp, shard_placement_fn=placement)
@@ -174,11 +179,34 @@ def gradient_sync(model: nn.Module, enabled: bool):
     return contextlib.nullcontext()
 
 
-def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
+def clip_grad_norm_(parameters, max_norm: float, counted=None, group=None) -> torch.Tensor:
     """Clip to a global gradient norm; with sharded (DTensor) gradients the norm is the
-    norm of the whole gradient, gathered over the shards, not of the local shard."""
+    norm of the whole gradient, gathered over the shards, not of the local shard.
+
+    Args:
+        counted: the parameters whose gradients make up the norm (default: all of them).
+        group: the processes whose parameters are the rest of the model (a pipeline's stages):
+            the norm is over all of theirs.
+    """
     parameters = [p for p in parameters if p.grad is not None]
-    grads = [p.grad for p in parameters]
+    grads = [p.grad for p in (parameters if counted is None else counted) if p.grad is not None]
+    total_norm = _grad_norm(grads)
+    if group is not None:
+        square = total_norm.detach().double() ** 2
+        dist.all_reduce(square, group=group)
+        total_norm = square.sqrt().to(total_norm.dtype)
+    meshes = {}  # a foreach kernel takes whole tensors, or DTensors of one mesh, not a mix
+    for p in parameters:
+        meshes.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
+    for group_ in meshes.values():
+        torch.nn.utils.clip_grads_with_norm_(group_, max_norm, total_norm, foreach=True)
+    return total_norm
+
+
+def _grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all these gradients together, gathered over their shards."""
+    if not grads:
+        return torch.zeros(())
     if len({g.device_mesh if isinstance(g, DTensor) else None for g in grads}) == 1:  # all whole, or fsdp's
         total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         if isinstance(total_norm, DTensor):
@@ -187,11 +215,6 @@ def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
         norms = [torch.linalg.vector_norm(g) for g in grads]
         total_norm = torch.linalg.vector_norm(torch.stack([n.full_tensor() if isinstance(n, DTensor) else n
                                                            for n in norms]))
-    meshes = {}  # a foreach kernel takes whole tensors, or DTensors of one mesh, not a mix
-    for p in parameters:
-        meshes.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
-    for group in meshes.values():
-        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total_norm, foreach=True)
     return total_norm
 
 

@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from common import checkpoint, mesh, parallel
+from common import checkpoint, mesh, parallel, pipeline
 from common.activations import SavedActivations, apply_checkpointing
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
@@ -130,12 +130,14 @@ class Trainer:
             parallel.warn_fallback(cfg.strategy, self.strategy)
         self.layout, self.mesh, self.dp_group = Layout(), None, None
         if env.world_size > 1:  # the processes as a mesh (common.mesh); ddp and fsdp are its common layouts
-            self.layout = mesh.resolve(self.strategy, env.world_size, cfg.dp_replicate, cfg.dp_shard, cfg.tp)
+            self.layout = mesh.resolve(self.strategy, env.world_size, cfg.dp_replicate, cfg.dp_shard, cfg.tp, cfg.pp)
             self.strategy = self.layout.strategy
             if self.strategy not in ("ddp", "fsdp"):  # those two need no mesh but the whole group
                 self.mesh = mesh.build(self.layout, env.device.type)
                 self.dp_group = mesh.data_parallel_group(self.mesh, self.layout)
         self.dp_rank, self.dp_size = self.layout.dp_rank(env.rank), self.layout.dp  # the ranks reading different data
+        self.pipeline = None  # with --pp: this rank's stages and their schedule (common.pipeline)
+        self.microbatches = (cfg.microbatches or cfg.pp) if self.layout.pp > 1 else 1
         self.facts = self.data.facts(**options(cfg))
         decoding = dict(beam=cfg.beam, length_penalty=cfg.length_penalty) if self.data.task == "seq2seq" else {}
         self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding)
@@ -264,7 +266,8 @@ class Trainer:
         inputs, targets = self.batch_of(self.micro_batch)
         flops = training_flops(self.new_model, unpadded(inputs), targets,
                                lambda m, x, y: self.task.loss(self.task.forward(m, x, y), y))
-        self.flops_per_element = flops / element_counts(inputs)[1]
+        # this rank's share of them: a tensor- or pipeline-parallel group computes each sample together
+        self.flops_per_element = flops / element_counts(inputs)[1] / (self.layout.tp * self.layout.pp)
         self.flops_per_sample = flops / self.micro_batch
         self.peak, self.peak_source = peak_flops(self.env.device, self.cfg.precision)
 
@@ -274,11 +277,20 @@ class Trainer:
         compile_args = dict(mode=cfg.compile_mode, backend=cfg.compile_backend) if cfg.compile else None
         self.saved = SavedActivations(apply_checkpointing(self.model, self.spec.shard_blocks, cfg.ac))
         self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
+        layout = self.layout
+        if layout.pp > 1:  # this rank's stages only; each keeps its parameters' names
+            stages = pipeline.stages_of(layout.pp_rank(self.env.rank), layout.pp, cfg.pp_schedule)
+            pipeline.split(self.model, self.spec.shard_blocks, self.spec.pipeline, stages,
+                           layout.pp * pipeline.STAGES_PER_RANK[cfg.pp_schedule])
         self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
                                           shard_blocks=self.spec.shard_blocks, precision=cfg.precision,
                                           tp_plan=self.spec.tp_plan, layout=self.layout, mesh=self.mesh,
                                           sequence_parallel=cfg.sequence_parallel)
         self.eval_model = parallel.eval_module(self.model)
+        if layout.pp > 1:
+            self.pipeline = pipeline.Pipeline(self.model, self.spec.pipeline, layout, self.mesh, self.env.rank,
+                                              self.env.device, cfg.pp_schedule, self.microbatches, self.task.loss,
+                                              cfg.grad_accum)
         self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr_in_use, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)
         self.scheduler = schedule(self.optimizer, self.total_steps, cfg.warmup_in_use, cfg.schedule, cfg.milestones,
@@ -381,17 +393,20 @@ class Trainer:
             inputs, targets = self.next_batch(batches, padding)
             counts = torch.zeros_like(self.window_counts) if self.task.train_metric else None
             with parallel.gradient_sync(self.model, enabled=micro == cfg.grad_accum - 1):
-                with self.saved:
-                    micro_loss = self.forward_loss(self.model, inputs, targets, counts) / cfg.grad_accum
-                self.saved_bytes = max(self.saved_bytes, self.saved.bytes)
-                self.scaler.scale(micro_loss).backward()
-            loss += micro_loss.detach()
+                loss += self.forward_backward(inputs, targets, counts)
+            self.saved_bytes = max(self.saved_bytes, self.saved.bytes)
             if counts is not None:
                 self.window_counts += counts
                 self.epoch_counts += counts
+        if self.pipeline is not None:
+            self.pipeline.sync_shared_gradients()
         if cfg.clip_grad > 0:
             self.scaler.unscale_(self.optimizer)
-            parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+            if self.pipeline is None:
+                parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+            else:  # the norm of every stage's gradients
+                parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad, self.pipeline.counted_parameters(),
+                                         self.pipeline.group)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if self.memory is None:  # gradients and optimizer state both exist now
@@ -401,10 +416,25 @@ class Trainer:
         self.scheduler.step()
         return loss
 
+    def forward_backward(self, inputs, targets, counts: torch.Tensor | None) -> torch.Tensor:
+        """One micro-step's forward and backward (through the pipeline's stages, with --pp); returns its
+        loss divided by the micro-steps (0 on a pipeline's ranks before the last stage), and adds the
+        batch's (hits, samples) of the training metric to `counts`."""
+        if self.pipeline is None:
+            with self.saved:
+                loss = self.forward_loss(self.model, inputs, targets, counts) / self.cfg.grad_accum
+            self.scaler.scale(loss).backward()
+            return loss.detach()
+        with self.saved, autocast(self.cfg.precision, self.env.device):
+            outputs, loss = self.pipeline.step(inputs, targets)
+        if counts is not None and outputs is not None:
+            counts += self.task.train_counts(outputs, targets)
+        return loss
+
     def log_step(self, loss: torch.Tensor) -> None:
         """The loss averaged over ranks, the learning rate, the speed and every rank's memory and device
         use, to wandb, metrics.jsonl and the progress bar."""
-        loss = (parallel.all_reduce_sum(loss) / self.env.world_size).item()
+        loss = (parallel.all_reduce_sum(loss) / (self.env.world_size // self.layout.pp)).item()  # last stages
         speed, lr = self.meter.read(), self.scheduler.get_last_lr()[0]
         devices = parallel.all_gather_object(self.monitor.read())
         elements = "pixels_per_s" if self.data.inputs == "image" else "tokens_per_s"
@@ -474,12 +504,14 @@ class Trainer:
         and torchmetrics gathers every rank's states before computing them.
 
         A rank whose share has fewer batches repeats a forward whose result it drops, so
-        that sharded models (fsdp) keep their collective gathers in step across ranks.
+        that sharded models (fsdp) keep their collective gathers in step across ranks. With --pp
+        each batch runs through the stages, the last stage's ranks score it, and the first of them
+        gives its metrics to every rank.
         """
         model, device = self.eval_model, self.env.device
         model.eval()
         metrics = self.task.build_metrics(device)
-        if self.dp_size < self.env.world_size:  # tensor parallel: the ranks of a group score the same batches
+        if self.dp_size < self.env.world_size:  # tensor or pipeline parallel: a group's ranks see the same batches
             for metric in metrics.values():
                 metric.sync_on_compute, metric.process_group = self.dp_size > 1, self.dp_group
         batches, first = iter(self.test_loader), None
@@ -488,11 +520,15 @@ class Trainer:
             first = first if first is not None else batch
             inputs, targets = to_device(batch if batch is not None else first, device)
             with autocast(self.cfg.precision, device):
-                outputs = self.task.forward(model, inputs, targets)
-            if batch is not None:
+                outputs = (self.task.forward(model, inputs, targets) if self.pipeline is None
+                           else self.pipeline.forward(inputs))  # None before the last stage
+            if batch is not None and outputs is not None:
                 self.task.update(metrics, outputs, targets)
         model.train()
-        return self.task.compute(metrics)
+        if self.pipeline is None:
+            return self.task.compute(metrics)
+        scores = self.task.compute(metrics) if self.pipeline.is_last else None
+        return parallel.broadcast_object(scores, src=self.pipeline.last_rank())
 
     # ------------------------------------------------------------ checkpoints
 
@@ -519,7 +555,9 @@ class Trainer:
 
     def finish(self) -> dict:
         """The final weights (model.safetensors), result.json, the results store and the wandb summary."""
-        weights = parallel.full_state_dict(self.model)  # every rank takes part in gathering fsdp shards
+        # every rank takes part in gathering fsdp shards (and, with --pp, every stage's weights)
+        weights = (parallel.full_state_dict(self.model) if self.pipeline is None
+                   else self.pipeline.full_state_dict(self.env.rank))
         self.memory = parallel.all_gather_object(self.memory)
         self.devices = parallel.all_gather_object(self.monitor.summary())
         result = self.result()

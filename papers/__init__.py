@@ -12,6 +12,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
+import torch
 import torch.nn as nn
 
 
@@ -38,6 +39,28 @@ class ReferenceModel(NamedTuple):
     load: Callable[[nn.Module], nn.Module] | None = None
 
 
+class PipelineChain(NamedTuple):
+    """A model whose forward is a chain of its repeated blocks, as pipeline parallelism (`--pp N`,
+    common.pipeline) cuts it: `forward(x) == readout(model, blocks[-1](... blocks[0](embed(model, x))))`
+    on inputs of one size, each block taking the running tensor alone (a block that returns a tuple,
+    such as GPT's (h, kv), passes on its first element).
+
+    Args:
+        embed: what the forward does before the first block; runs on the first stage.
+        readout: what it does after the last block (final norm, pooling, head); runs on the last stage,
+            followed by the loss.
+        first: the model's attributes `embed` reads; only the first stage keeps them.
+        last: the attributes `readout` reads; only the last stage keeps them. One in both (GPT's tied
+            W_e) is kept by both stages, and its gradient summed between them, so that the two copies
+            stay one weight.
+    """
+
+    embed: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    readout: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    first: tuple[str, ...]
+    last: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class PaperSpec:
     """What the trainer needs to know about a paper.
@@ -60,6 +83,8 @@ class PaperSpec:
             output columns), "colwise-qkv" (a fused q, k, v matrix, by columns within each) or
             "rowwise" (by input rows), and the pre-norms "norm" where --sequence-parallel splits the
             positions. Empty: the paper does not take --tp.
+        pipeline: pipeline parallelism (`--pp N`, common.pipeline): how the forward chains the
+            `shard_blocks` (see PipelineChain). None: the paper does not take --pp.
         data_kwargs: the facts of a dataset that the model class takes (num_classes,
             in_chans, img_size, input_size, seq_len).
         padded_batches: the model reads padded batches of samples of different sizes:
@@ -99,6 +124,7 @@ class PaperSpec:
     reference: str = ""
     shard_blocks: str | None = None
     tp_plan: dict[str, str] = field(default_factory=dict)
+    pipeline: PipelineChain | None = None
     data_kwargs: tuple[str, ...] = ("num_classes",)
     padded_batches: bool = False
     pretrained: dict[str, Callable[[nn.Module], nn.Module]] = field(default_factory=dict)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,6 +61,25 @@ def pytest_sessionfinish(session, exitstatus):
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         print(f"\nthe tests changed the repository's results/: {', '.join(changed)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """A folder that `make(folder)` fills once per test session, however many xdist workers ask for
+    it: the first makes it under a lock, the others wait and read it. A module's runs (torchrun
+    launches, mostly) would otherwise be made again on every worker that runs one of its tests."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's, shared by workers
+    folder = root / f"once-{name}"
+    with FileLock(str(root / f"once-{name}.lock")):
+        if not (folder / ".made").exists():
+            if folder.exists():  # a worker that failed making it left a part
+                import shutil
+
+                shutil.rmtree(folder)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
 
 
 def launch_env() -> dict:

@@ -15,8 +15,8 @@ import torch
 from common import checkpoint
 from common.parallel import Env
 from papers.vit.model import VisionTransformer
-from tests.conftest import (ROOT, bitwise_equal, interrupted_copy, launch_env, load_json, max_difference, torchrun,
-                            torchrun_command, tree_snapshot, wandb_run_folders, weights)
+from tests.conftest import (ROOT, bitwise_equal, interrupted_copy, launch_env, load_json, made_once, max_difference,
+                            torchrun, torchrun_command, tree_snapshot, wandb_run_folders, weights)
 from train import main
 
 FLAGS = ["--paper", "vit", "--max-steps", "30", "--ckpt-every", "5", "--keep-ckpts", "10", "--clip-grad", "0.5"]
@@ -25,17 +25,19 @@ FLAGS = ["--paper", "vit", "--max-steps", "30", "--ckpt-every", "5", "--keep-ckp
 @pytest.fixture(scope="module")
 def single_run(tmp_path_factory):
     """An uninterrupted one-process run with a checkpoint every 5 steps (an epoch is 22 steps)."""
-    run = tmp_path_factory.mktemp("single") / "run"
-    assert main(FLAGS + ["--wandb", "offline", "--out", str(run)]) == 0
-    return run
+    def make(out):
+        assert main(FLAGS + ["--wandb", "offline", "--out", str(out / "run")]) == 0
+
+    return made_once(tmp_path_factory, "checkpoint-single", make) / "run"
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     """The same, with ddp on 2 processes."""
-    run = tmp_path_factory.mktemp("ddp") / "run"
-    torchrun(FLAGS + ["--wandb", "disabled", "--out", str(run)], cwd=run.parent)
-    return run
+    def make(out):
+        torchrun(FLAGS + ["--wandb", "disabled", "--out", str(out / "run")], cwd=out)
+
+    return made_once(tmp_path_factory, "checkpoint-ddp", make) / "run"
 
 
 def test_checkpoints_are_complete_and_pruned(single_run, tmp_path):

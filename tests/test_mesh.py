@@ -4,7 +4,7 @@ of 4 gloo processes (FSDP x TP, HSDP, DDP x TP) trains the weights one process t
 import pytest
 
 from common.mesh import Layout, resolve
-from tests.conftest import interrupted_copy, load_json, max_difference, torchrun, weights
+from tests.conftest import interrupted_copy, load_json, made_once, max_difference, torchrun, weights
 from train import main
 
 # clipping small enough to act on every step, two micro-steps a step
@@ -34,16 +34,20 @@ def test_layouts_from_the_flags():
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    run = tmp_path_factory.mktemp("mesh") / "single"
-    assert main(FLAGS + ["--out", str(run)]) == 0
+    def make(out):
+        assert main(FLAGS + ["--out", str(out / "single")]) == 0
+
+    run = made_once(tmp_path_factory, "mesh-single", make) / "single"
     return run
 
 
 @pytest.fixture(scope="module")
 def four(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("four")
-    for name, flags in LAYOUTS.items():
-        torchrun(FLAGS + flags + ["--out", str(out / name)], cwd=out, nproc=4)
+    def make(out):
+        for name, flags in LAYOUTS.items():
+            torchrun(FLAGS + flags + ["--out", str(out / name)], cwd=out, nproc=4)
+
+    out = made_once(tmp_path_factory, "mesh-four", make)
     return {name: out / name for name in LAYOUTS}
 
 

@@ -127,7 +127,8 @@ def test_the_seq2seq_task_scores_bleu_as_sacrebleu_and_exact_match_and_perplexit
 
 from common.config import ConfigError, resolve, validate  # noqa: E402
 from common.translate import main as translate_main  # noqa: E402
-from tests.conftest import bitwise_equal, interrupted_copy, load_json, max_difference, torchrun, weights  # noqa: E402
+from tests.conftest import (bitwise_equal, interrupted_copy, load_json, made_once, max_difference,  # noqa: E402
+                            torchrun, weights)
 from train import main  # noqa: E402
 
 FEW_STEPS = ["--max-steps", "6", "--batch-size", "32", "--wandb", "disabled", "--bucketing", "size"]
@@ -137,14 +138,15 @@ FEW_STEPS = ["--max-steps", "6", "--batch-size", "32", "--wandb", "disabled", "-
 def runs(tmp_path_factory):
     """A few steps of the Transformer (tied embeddings) and of RNNsearch (recurrent, attention): in one
     process, and under torchrun with 2 processes (ddp, fsdp), each ending with an evaluation that decodes."""
-    out = tmp_path_factory.mktemp("seq2seq-runs")
-    for paper in ("transformer", "bahdanau"):  # the Transformer without dropout, whose masks differ by rank
-        flavor = ["--flavor", "tiny-no-dropout"] if paper == "transformer" else []
-        flags = ["--paper", paper, *flavor, *FEW_STEPS, "--results-dir", str(out / "results")]
-        assert main(flags + ["--out", str(out / f"{paper}-single")]) == 0
-        for strategy in ("ddp", "fsdp") if paper == "transformer" else ("fsdp",):
-            torchrun(flags + ["--strategy", strategy, "--out", str(out / f"{paper}-{strategy}")], cwd=out)
-    return out
+    def make(out):
+        for paper in ("transformer", "bahdanau"):  # the Transformer without dropout, whose masks differ by rank
+            flavor = ["--flavor", "tiny-no-dropout"] if paper == "transformer" else []
+            flags = ["--paper", paper, *flavor, *FEW_STEPS, "--results-dir", str(out / "results")]
+            assert main(flags + ["--out", str(out / f"{paper}-single")]) == 0
+            for strategy in ("ddp", "fsdp") if paper == "transformer" else ("fsdp",):
+                torchrun(flags + ["--strategy", strategy, "--out", str(out / f"{paper}-{strategy}")], cwd=out)
+
+    return made_once(tmp_path_factory, "seq2seq", make)
 
 
 @pytest.mark.parametrize("paper, strategy", [("transformer", "ddp"), ("transformer", "fsdp"), ("bahdanau", "fsdp")])

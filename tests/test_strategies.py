@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from common.parallel import resolve_strategy
-from tests.conftest import ROOT, free_port, launch_env, load_json, max_difference, torchrun, weights
+from tests.conftest import ROOT, free_port, launch_env, load_json, made_once, max_difference, torchrun, weights
 from train import main
 
 # accumulation and clipping on; the clip is small enough to act on every step
@@ -18,10 +18,12 @@ FLAGS = ["--paper", "vit", "--max-steps", "8", "--batch-size", "32", "--grad-acc
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    out = tmp_path_factory.mktemp("single")
-    assert main(FLAGS + ["--out", str(out / "run")]) == 0
-    no_clip = [f if f != "0.3" else "0" for f in FLAGS]
-    assert main(no_clip + ["--out", str(out / "noclip")]) == 0
+    def make(out):
+        assert main(FLAGS + ["--out", str(out / "run")]) == 0
+        no_clip = [f if f != "0.3" else "0" for f in FLAGS]
+        assert main(no_clip + ["--out", str(out / "noclip")]) == 0
+
+    out = made_once(tmp_path_factory, "strategies-single", make)
     assert max_difference(weights(out / "run"), weights(out / "noclip")) > 1e-4, "clipping must change the result"
     return out / "run"
 
@@ -30,10 +32,13 @@ def single(tmp_path_factory):
 def two_processes(tmp_path_factory) -> dict:
     """The single-process run's flags under torchrun with 2 processes: with ddp, with fsdp, and with
     fsdp and activation checkpointing (fsdp+ac)."""
-    out = tmp_path_factory.mktemp("two-processes")
-    for name in ("ddp", "fsdp", "fsdp+ac"):
-        strategy, _, ac = name.partition("+")
-        torchrun(FLAGS + ["--strategy", strategy, "--out", str(out / name)] + (["--ac", "full"] if ac else []), cwd=out)
+    def make(out):
+        for name in ("ddp", "fsdp", "fsdp+ac"):
+            strategy, _, ac = name.partition("+")
+            torchrun(FLAGS + ["--strategy", strategy, "--out", str(out / name)] + (["--ac", "full"] if ac else []),
+                     cwd=out)
+
+    out = made_once(tmp_path_factory, "strategies-two", make)
     return {name: out / name for name in ("ddp", "fsdp", "fsdp+ac")}
 
 

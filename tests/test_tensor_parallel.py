@@ -7,7 +7,7 @@ import pytest
 from common.config import TrainConfig, validate
 from common.errors import ConfigError
 from papers import get_paper, list_papers
-from tests.conftest import interrupted_copy, load_json, max_difference, torchrun, weights
+from tests.conftest import interrupted_copy, load_json, made_once, max_difference, torchrun, weights
 from train import main
 
 PAPERS = ("vit", "gpt", "transformer")
@@ -23,13 +23,15 @@ def test_the_papers_with_a_plan():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """Each paper trained 4 steps in one process and with --tp 2 on 2 processes."""
-    out = tmp_path_factory.mktemp("tp")
-    for paper in PAPERS:
-        assert main(["--paper", paper, *FLAGS, "--out", str(out / f"{paper}-single")]) == 0
-        torchrun(["--paper", paper, *FLAGS, "--tp", "2", "--out", str(out / f"{paper}-tp")], cwd=out)
-    for paper in SEQUENCE_PARALLEL:
-        torchrun(["--paper", paper, *FLAGS, "--tp", "2", "--sequence-parallel", "--out", str(out / f"{paper}-sp")],
-                 cwd=out)
+    def make(out):
+        for paper in PAPERS:
+            assert main(["--paper", paper, *FLAGS, "--out", str(out / f"{paper}-single")]) == 0
+            torchrun(["--paper", paper, *FLAGS, "--tp", "2", "--out", str(out / f"{paper}-tp")], cwd=out)
+        for paper in SEQUENCE_PARALLEL:
+            torchrun(["--paper", paper, *FLAGS, "--tp", "2", "--sequence-parallel", "--out", str(out / f"{paper}-sp")],
+                     cwd=out)
+
+    out = made_once(tmp_path_factory, "tp", make)
     return {paper: (out / f"{paper}-single", out / f"{paper}-tp", out / f"{paper}-sp") for paper in PAPERS}
 
 

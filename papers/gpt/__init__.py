@@ -4,7 +4,7 @@ Hugging Face's GPT2LMHeadModel."""
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec, ReferenceModel
+from papers import PaperSpec, PipelineChain, ReferenceModel
 from papers.gpt.model import FLAVORS, GPT
 
 __all__ = ["GPT", "PAPER", "from_hf", "hf_reference"]
@@ -80,6 +80,11 @@ def hf_reference(**kwargs) -> nn.Module:
 TINY_HF = dict(vocab_size=128, n_positions=128, n_layer=4, n_head=4, n_embd=128, embd_pdrop=0.0, attn_pdrop=0.0,
                resid_pdrop=0.0)
 
+def readout(gpt: GPT, h: torch.Tensor) -> torch.Tensor:
+    """The pipeline's last stage: the final norm (GPT-2), then h_n W_e^T (the tied embedding)."""
+    return gpt.forward_head(gpt.norm(h))
+
+
 PAPER = PaperSpec(
     name="gpt",
     family="transformer",
@@ -101,6 +106,8 @@ PAPER = PaperSpec(
     # Megatron-LM's split of a Transformer block: the attention's heads and the MLP's hidden units
     tp_plan={"attn.W_qkv": "colwise-qkv", "attn.W_o": "rowwise", "mlp.W_1": "colwise", "mlp.W_2": "rowwise",
              "norm1": "norm", "norm2": "norm"},
+    pipeline=PipelineChain(embed=lambda gpt, idx: gpt.embed(idx), readout=readout, first=("W_e", "W_p", "dropout"),
+                           last=("norm", "head", "W_e")),
     padded_batches=False,
     reference_models=(ReferenceModel("transformers:GPT2LMHeadModel", (64, 128), TINY_HF, hf_reference, from_hf),
                       ReferenceModel("transformers:GPT2LMHeadModel", (1, 256), {}, hf_reference, from_hf)),

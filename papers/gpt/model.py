@@ -193,6 +193,12 @@ class GPT(nn.Module):
             allowed = allowed & (real | (j[None, :] == i[:, None]))  # (B, 1, T, S)
         return allowed if allowed.dim() == 4 else allowed[None, None]  # (B or 1, 1, T, S)
 
+    def embed(self, idx: torch.Tensor, T_past: int = 0) -> torch.Tensor:
+        """h_0 = U W_e + W_p (eq. 2): token and position embeddings (B, T, d) of idx (B, T), positions
+        counted after T_past cached ones."""
+        positions = torch.arange(T_past, T_past + idx.shape[1], device=idx.device)  # (T,)
+        return self.dropout(self.W_e(idx) + self.W_p(positions))
+
     def forward_features(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None,
                          past: tuple | None = None):
         """h_n (B, T, d) after the final norm (GPT-2) and every layer's keys and values (see `forward`)."""
@@ -200,8 +206,7 @@ class GPT(nn.Module):
         T_past = 0 if past is None else past[0][0].shape[2]
         if not torch.compiler.is_compiling() and T_past + T > self.block_size:
             raise ValueError(f"{T_past} + {T} positions exceed the {self.block_size} that W_p learned")
-        positions = torch.arange(T_past, T_past + T, device=idx.device)  # (T,) 0..T-1 after the past
-        h = self.dropout(self.W_e(idx) + self.W_p(positions))  # h_0 = U W_e + W_p, (B, T, d)
+        h = self.embed(idx, T_past)  # h_0, (B, T, d)
         attn_mask = self.attention_mask(attention_mask, T, T_past, idx.device)
         present = []
         for l, block in enumerate(self.blocks):

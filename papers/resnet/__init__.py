@@ -3,7 +3,7 @@
 import torch.nn as nn
 
 from common.pretrained import load_mapped
-from papers import PaperSpec, ReferenceModel
+from papers import PaperSpec, PipelineChain, ReferenceModel
 from papers.resnet.model import FLAVORS, Projection, ResNet
 
 
@@ -88,6 +88,9 @@ PAPER = PaperSpec(
                   label_smoothing=0.1, clip_grad=1.0),
     reference="torchvision.models.resnet18/34/50/101/152 (the torchvision-resnet* flavors)",
     shard_blocks="stages",
+    # the stem, then the stages of residual blocks (each a stage of the pipeline's chain), then pooling and fc
+    pipeline=PipelineChain(embed=lambda resnet, images: resnet.stem(images)[0],
+                           readout=lambda resnet, x: resnet.forward_head(x), first=("stem",), last=("fc",)),
     padded_batches=True,
     pretrained={"torchvision": from_torchvision},
     reference_models=(ReferenceModel("torchvision:resnet18", (16, 3, 64, 64)), ReferenceModel("torchvision:resnet50", (8, 3, 64, 64))),

@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from papers import PaperSpec, ReferenceModel
+from papers import PaperSpec, PipelineChain, ReferenceModel
 from papers.vgg.model import FLAVORS, VGG
 
 
@@ -100,6 +100,9 @@ PAPER = PaperSpec(
                   warmup_steps=50, label_smoothing=0.1, clip_grad=1.0),
     reference="torchvision.models.vgg11/13/16/19 and vgg*_bn (the torchvision-vgg* flavors)",
     shard_blocks="blocks",
+    # the convolutional blocks read the image itself; pooling and the three fully connected layers end the chain
+    pipeline=PipelineChain(embed=lambda vgg, images: images, readout=lambda vgg, x: vgg.forward_head(x), first=(),
+                           last=("pool", "fc6", "fc7", "fc8", "dropout")),
     pretrained={"torchvision": from_torchvision},
     reference_models=(ReferenceModel("torchvision:vgg11", (8, 3, 64, 64)), ReferenceModel("torchvision:vgg16_bn", (8, 3, 64, 64))),
     # Section 3.1: mini-batch SGD with momentum 0.9, batch 256, weight decay 5e-4, dropout 0.5 (in the

@@ -2,7 +2,7 @@
 
 import torch
 
-from papers import PaperSpec, ReferenceModel
+from papers import PaperSpec, PipelineChain, ReferenceModel
 from papers.vit.model import FLAVORS, VisionTransformer
 
 
@@ -45,6 +45,11 @@ def from_timm(timm_vit) -> VisionTransformer:
     return model
 
 
+def readout(vit: VisionTransformer, z: torch.Tensor) -> torch.Tensor:
+    """The pipeline's last stage: y = LN(z_L^0) (Eq. 4), then the head."""
+    return vit.forward_head(vit.norm(z))
+
+
 PAPER = PaperSpec(
     name="vit",
     family="transformer",
@@ -64,6 +69,8 @@ PAPER = PaperSpec(
     # Megatron-LM's split of a Transformer block: the attention's heads and the MLP's hidden units
     tp_plan={"msa.W_qkv": "colwise-qkv", "msa.W_o": "rowwise", "mlp.fc1": "colwise", "mlp.fc2": "rowwise",
              "norm1": "norm", "norm2": "norm"},
+    pipeline=PipelineChain(embed=lambda vit, images: vit.embed(images), readout=readout,
+                           first=("E", "x_class", "E_pos", "dropout"), last=("norm", "head")),
     padded_batches=True,
     pretrained={"timm": from_timm},
     reference_models=(ReferenceModel("timm:vit_base_patch16_224", (64, 1, 8, 8),  # the tiny flavor's sizes

@@ -226,14 +226,20 @@ class VisionTransformer(nn.Module):
         E_pos_class = self.E_pos[:, :1].expand(patches.shape[0], -1, -1)  # (B or 1, 1, D)
         return torch.cat([E_pos_class, rearrange(patches, "b h w d -> b (h w) d")], dim=1)  # (B or 1, 1+N, D)
 
-    def forward_features(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def embed(self, images: torch.Tensor, grids: list[tuple[int, int]] | None = None) -> torch.Tensor:
+        """z_0 of Eq. 1: the class token and the patches' embeddings E x_p, plus E_pos, (B, 1+N, D);
+        `grids` (from patch_grids) places each padded sample's positions on its own grid."""
         B, _, H, W = images.shape
         P = self.patch_size
-        grids = self.patch_grids(images, mask)  # [(h_i/P, w_i/P)] or None when nothing is padded
         x_p = rearrange(images, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=P, p2=P)  # (B, N, P^2 C)
         x_class = self.x_class.expand(B, -1, -1)  # (B, 1, D)
         z = torch.cat([x_class, self.E(x_p)], dim=1) + self.position_embeddings(grids, H // P, W // P)
-        z = self.dropout(z)  # z_0, (B, 1+N, D)
+        return self.dropout(z)
+
+    def forward_features(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        B, P = images.shape[0], self.patch_size
+        grids = self.patch_grids(images, mask)  # [(h_i/P, w_i/P)] or None when nothing is padded
+        z = self.embed(images, grids)  # z_0, (B, 1+N, D)
         attn_mask = None
         if grids is not None:  # padded patches are never attended to, so the class token pools valid ones only
             valid = mask[:, ::P, ::P].flatten(1)  # (B, N): a patch is valid iff its top-left pixel is
