@@ -15,7 +15,8 @@ Rows:
     g  inference latency at batch 1 and 32: compiled, and onnxruntime on the CPU, against eager
     h  (not in the default rows) per rank, the bytes of parameters, gradients, AdamW's state and saved
        activations, and the step time against ddp's, of each layout of 4 processes (ddp, fsdp, tp x dp,
-       fsdp x tp, hsdp), with and without --ac full: GPT-2-124M at 256 positions and ViT-B/16
+       fsdp x tp, hsdp, pp x dp by GPipe and by 1F1B), with and without --ac full: GPT-2-124M at 256
+       positions and ViT-B/16
     batch  (not in the default rows) training samples/s and wall time to a target test metric at batch
        sizes from 16 to beyond what --batch-size auto picks, the learning rate scaled: common.bench_batch
 Prints a markdown table.

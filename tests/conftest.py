@@ -82,6 +82,16 @@ def made_once(tmp_path_factory, name: str, make) -> Path:
     return folder
 
 
+def refusal(flags: dict, world_size: int) -> str:
+    """The one-line ConfigError that validation gives these config values on this many processes."""
+    from common.config import TrainConfig, validate
+    from common.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        validate(TrainConfig.from_dict(flags), world_size=world_size)
+    return str(e.value)
+
+
 def launch_env() -> dict:
     """This process's environment for a fresh launch: without the wandb service that an
     in-process test run started (wandb exports its address) and without torchrun's variables."""

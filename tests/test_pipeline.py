@@ -7,11 +7,9 @@ import copy
 import pytest
 import torch
 
-from common.config import TrainConfig, validate
-from common.errors import ConfigError
 from common.pipeline import split, stage_bounds
 from papers import get_paper, list_papers
-from tests.conftest import interrupted_copy, load_json, made_once, max_difference, torchrun, weights
+from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun, weights
 from train import main
 
 PAPERS = ("gpt", "resnet", "vgg", "vit")
@@ -120,12 +118,6 @@ def test_pp_trains_the_single_process_weights(paper, tmp_path):
     assert max_difference(weights(tmp_path / "pp"), weights(tmp_path / "single")) < 1e-5
     one, pp = (load_json(tmp_path / run / "result.json") for run in ("single", "pp"))
     assert pp["final_metrics"] == pytest.approx(one["final_metrics"], rel=1e-6, abs=1e-6)
-
-
-def refusal(flags: list[str], world_size: int) -> str:
-    with pytest.raises(ConfigError) as e:
-        validate(TrainConfig.from_dict(flags), world_size=world_size)
-    return str(e.value)
 
 
 def test_pp_refusals(capsys):

@@ -4,10 +4,8 @@ is refused in one line where it cannot run."""
 
 import pytest
 
-from common.config import TrainConfig, validate
-from common.errors import ConfigError
 from papers import get_paper, list_papers
-from tests.conftest import interrupted_copy, load_json, made_once, max_difference, torchrun, weights
+from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun, weights
 from train import main
 
 PAPERS = ("vit", "gpt", "transformer")
@@ -64,13 +62,6 @@ def test_a_tp_checkpoint_resumes_in_one_process(paper, runs, tmp_path):
     assert main(["--resume", str(run), "--tp", "1"]) == 0
     assert load_json(run / "result.json")["world_size"] == 1
     assert max_difference(weights(run), weights(single)) < 1e-5
-
-
-def refusal(flags: list[str], world_size: int) -> str:
-    cfg = TrainConfig.from_dict(flags)
-    with pytest.raises(ConfigError) as e:
-        validate(cfg, world_size=world_size)
-    return str(e.value)
 
 
 def test_tp_refusals(capsys):
