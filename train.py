@@ -6,6 +6,8 @@ This file only parses and checks the command line; the loop is common/trainer.py
 import os
 import sys
 
+from common.preemption import EXIT_PREEMPTED, Preempted  # first: its clock counts from here (--time-limit)
+
 
 def print_papers() -> None:
     from papers import get_paper, list_papers
@@ -47,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         if is_main:
             print(f"train.py: error: {e}", file=sys.stderr)
         return 2
+    except Preempted as e:  # SIGTERM, SIGUSR1 or --time-limit: a checkpoint to resume from
+        if is_main:
+            print(f"train.py: {e}", file=sys.stderr, flush=True)
+        return EXIT_PREEMPTED
     return 0
 
 

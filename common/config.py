@@ -22,6 +22,7 @@ import torch
 
 from common.activations import AC_MODES
 from common.pipeline import SCHEDULES as PP_SCHEDULES
+from common.preemption import parse_time_limit
 from common.batchsize import LR_SCALINGS
 from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
 from common.errors import ConfigError
@@ -95,6 +96,7 @@ class TrainConfig:
     out: str | None = None  # the run directory; default runs/<paper>-<time>-<id>
     ckpt_every: int | None = None  # optimizer steps between checkpoints; None: at each epoch's end
     keep_ckpts: int = 2  # the newest checkpoints kept
+    time_limit: str | None = None  # HH:MM:SS: stop with a checkpoint before this much wall time has passed
     results_dir: str = "results"  # the local results store every finished run is added to
     wandb: str = "auto"
     wandb_project: str = "paper-study"
@@ -324,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "other block (selective) recomputes its activations in backward (default none)")
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
     p.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
+    p.add_argument("--time-limit", metavar="HH:MM:SS", help="stop with a checkpoint (exit code 75) before this much "
+                   "wall time has passed since the start, as SIGTERM and SIGUSR1 do (a job's limit)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
     _switch(p, "--compile", help="torch.compile the model")
     p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode (with --compile)")
@@ -342,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # flags that may change when a run is resumed: how it runs, not what it computes
 RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "sequence_parallel", "pp", "pp_schedule", "microbatches",
-             "ac", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+             "ac", "time_limit", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
              "compile_mode", "compile_backend", "download", "profile"}
 
 
@@ -505,6 +509,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         elif cfg.gammas is not None:
             raise ValueError(f"--gammas goes with the step schedule, not {cfg.schedule}")
         augment_steps = parse_augment(cfg.augment)
+        if cfg.time_limit is not None:
+            parse_time_limit(cfg.time_limit)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

@@ -41,6 +41,7 @@ from common.errors import ConfigError
 from common.mesh import Layout
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
+from common.preemption import REASONS, Preempted, StopSignals, parse_time_limit
 from common.pretrained import build_model, reference_model
 from common.profiling import WARMUP_STEPS, StepProfiler
 from common.tasks import get_task
@@ -105,7 +106,8 @@ def train(cfg: TrainConfig, argv: list[str] | None = None, resume: bool = False)
     env = parallel.setup()
     try:
         trainer = Trainer(cfg, env, argv if argv is not None else sys.argv[1:], resume or restart_count() > 0)
-        return trainer.fit()
+        with trainer.stop:  # SIGTERM and SIGUSR1 stop it after a step, with a checkpoint (Preempted)
+            return trainer.fit()
     finally:
         parallel.teardown()
 
@@ -148,6 +150,8 @@ class Trainer:
                       "best": None, "history": [], "padding": [0, 0], "elements": 0, "data_wait_seconds": 0.0,
                       "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None, "curves": {}}
         self.last_saved, self.memory, self.graphs_after_first_step = 0, None, None
+        self.stop = StopSignals(parse_time_limit(cfg.time_limit) if cfg.time_limit else None)
+        self.step_seconds = self.save_seconds = 0.0  # recent ones, for --time-limit
         # (hits, samples) of the task's training metric since the last log line, and in this epoch
         self.window_counts = torch.zeros(2, dtype=torch.float64, device=env.device)
         self.epoch_counts = torch.zeros_like(self.window_counts)
@@ -357,6 +361,7 @@ class Trainer:
         start, first_step = time.perf_counter(), state["step"]
         done_in_epoch = state["samples_in_epoch"] // cfg.batch_size
         for _ in range(min(self.steps_per_epoch - done_in_epoch, self.total_steps - state["step"])):
+            step_start = time.perf_counter()
             loss = self.train_step(batches, padding)
             if self.profiler is not None:
                 self.profiler.step()
@@ -369,9 +374,29 @@ class Trainer:
             mid_epoch = state["samples_in_epoch"] < self.steps_per_epoch * cfg.batch_size
             if state["step"] % self.ckpt_every == 0 and mid_epoch:
                 self.save()  # the epoch's end saves after its evaluation
+            self.step_seconds = 0.5 * (self.step_seconds + time.perf_counter() - step_start)
+            self.stop_if_asked()
         seconds = time.perf_counter() - start
         self.epoch_rate = (state["step"] - first_step) * cfg.batch_size / seconds
         return padding, seconds
+
+    def stop_if_asked(self) -> None:
+        """After a step: if any rank got SIGTERM or SIGUSR1, or --time-limit is near, every rank saves a
+        checkpoint of this step and the run ends (Preempted, whose message is the line to print)."""
+        if self.state["step"] == self.total_steps:  # the run ends anyway, with its own checkpoint
+            return
+        reason = REASONS[parallel.all_reduce_max(REASONS.index(self.stop.reason(self.step_seconds,
+                                                                                self.save_seconds)))]
+        if not reason:
+            return
+        self.save()
+        self.progress.close()
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        launcher = (f"torchrun --nproc_per_node {local}" + (" ..." if local < self.env.world_size else "")
+                    if self.env.world_size > 1 else "python")
+        raise Preempted(f"stopped by {reason} after step {self.state['step']} of {self.total_steps}; checkpoint "
+                        f"{checkpoint.checkpoint_dir(self.run_dir, self.state['step'])}; resume with: {launcher} "
+                        f"train.py --resume {self.run_dir}")
 
     def next_batch(self, batches, padding: list[int]):
         """The next micro-batch on the device; counts its wait, its input elements and its padding."""
@@ -543,6 +568,7 @@ class Trainer:
         checkpoint.save(self.run_dir, self.state["step"], self.model, self.optimizer, self.state | extra, self.env,
                         self.cfg.keep_ckpts)
         self.last_saved = self.state["step"]
+        self.save_seconds = time.perf_counter() - now
 
     def resume(self, path: Path) -> None:
         """Model, optimizer, schedule, scaler, RNG and trainer state from a checkpoint (any strategy's)."""

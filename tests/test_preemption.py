@@ -1,0 +1,90 @@
+"""A run told to stop (SIGTERM, SIGUSR1, --time-limit) stops after a step with a checkpoint, says how
+to resume in one line, exits with 75, and resumes to the uninterrupted run's weights bit for bit: in
+one process and in 2 under torchrun (the signal sent to torchrun)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common import checkpoint
+from common.preemption import EXIT_PREEMPTED, StopSignals, parse_time_limit
+from tests.conftest import ROOT, bitwise_equal, launch_env, torchrun, torchrun_command, weights
+from train import main
+
+# long enough (4 epochs of 22 steps, then some) that a signal sent after step 5 lands well before the end
+FLAGS = ["--paper", "vit", "--max-steps", "100", "--log-every", "1", "--wandb", "disabled"]
+
+
+def steps_logged(run) -> int:
+    path = run / "metrics.jsonl"
+    return path.read_text().count('"train/loss"') if path.exists() else 0
+
+
+def stop_after(cmd: list[str], run, step: int, cwd) -> tuple[int, str]:
+    """Start `cmd`, send it SIGTERM once the run has logged `step` steps; its exit code and stderr."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=launch_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 240
+    while steps_logged(run) < step and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=240)
+    return proc.returncode, err
+
+
+def stopped_step(err: str, run) -> int:
+    lines = [line for line in err.splitlines() if line.startswith("train.py: stopped by SIGTERM after step")]
+    assert len(lines) == 1, err[-2000:]
+    assert f"train.py --resume {run}" in lines[0]
+    step = int(re.search(r"after step (\d+) of 100", lines[0]).group(1))
+    assert 5 <= step < 100 and checkpoint.latest(run).name == f"step_{step}"
+    return step
+
+
+def test_sigterm_in_one_process_saves_and_resumes_bitwise(tmp_path):
+    assert main(FLAGS + ["--out", str(tmp_path / "whole")]) == 0
+    run = tmp_path / "stopped"
+    code, err = stop_after([sys.executable, str(ROOT / "train.py"), *FLAGS, "--out", str(run)], run, 5, tmp_path)
+    assert code == EXIT_PREEMPTED
+    stopped_step(err, run)
+    assert not (run / "result.json").exists()
+    assert main(["--resume", str(run)]) == 0
+    assert bitwise_equal(weights(run), weights(tmp_path / "whole"))
+
+
+def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes_bitwise(tmp_path):
+    torchrun(FLAGS + ["--out", str(tmp_path / "whole")], cwd=tmp_path)
+    run = tmp_path / "stopped"
+    _, err = stop_after([*torchrun_command(2), str(ROOT / "train.py"), *FLAGS, "--out", str(run)], run, 5, tmp_path)
+    step = stopped_step(err, run)  # torchrun itself exits 1 after a signal; its workers exit 75
+    assert "--resume" in err and len(list((checkpoint.checkpoint_dir(run, step)).glob("*.distcp"))) == 2
+    torchrun(["--resume", str(run)], cwd=tmp_path)
+    assert bitwise_equal(weights(run), weights(tmp_path / "whole"))
+
+
+def test_time_limit_stops_with_a_checkpoint(tmp_path):
+    # this test process started long before a 1-second limit: the run stops after its first step
+    assert main(FLAGS + ["--time-limit", "00:01", "--out", str(tmp_path / "run")]) == EXIT_PREEMPTED
+    assert checkpoint.latest(tmp_path / "run").name == "step_1"
+
+
+def test_sigusr1_is_noted_and_a_second_signal_changes_nothing():
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.reason(step_seconds=1.0, save_seconds=1.0) == "SIGUSR1"
+    assert signal.getsignal(signal.SIGTERM) is not stop._note  # the handlers are given back
+
+
+def test_time_limits():
+    assert parse_time_limit("1:30:00") == 5400 and parse_time_limit("90:00") == 5400
+    assert parse_time_limit("2-00:00:30") == 2 * 86400 + 30
+    for bad in ("90", "1:61:00", "a:00", "1-2-00:00"):
+        with pytest.raises(ValueError, match="HH:MM:SS"):
+            parse_time_limit(bad)
+    assert main(["--paper", "vit", "--time-limit", "soon", "--wandb", "disabled"]) == 2
