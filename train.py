@@ -21,6 +21,18 @@ def print_papers() -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
 
 
+def tell_torchrun(line: str) -> None:
+    """Under torchrun, this worker's error file (TORCHELASTIC_ERROR_FILE) holds the line, so that the
+    launcher's "Root Cause" block shows it (not "error_file: <N/A>")."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        import json
+        import time
+
+        with open(path, "w") as f:
+            json.dump({"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}, f)
+
+
 def main(argv: list[str] | None = None) -> int:
     from common.config import build_parser, resolve, resolve_rerun, resolve_resume, validate, world_size_from_env
     from common.errors import ConfigError
@@ -45,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         from common.trainer import train
 
         train(cfg, argv, resume=resuming)
-    except ConfigError as e:
+    except ConfigError as e:  # checked before any process group starts: every rank stops here, alike
         if is_main:
             print(f"train.py: error: {e}", file=sys.stderr)
+        tell_torchrun(f"train.py: error: {e}")
         return 2
     except Preempted as e:  # SIGTERM, SIGUSR1 or --time-limit: a checkpoint to resume from
         if is_main:
@@ -57,4 +70,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(main)())  # an unexpected exception's traceback goes to torchrun's Root Cause block too

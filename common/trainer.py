@@ -344,7 +344,10 @@ class Trainer:
         self.monitor = DeviceMonitor(self.env.device)
         self.profiler = (StepProfiler(self.cfg.profile, self.run_dir / "profile", self.env.rank, self.env.device)
                          if self.cfg.profile else None)
-        self.progress = tqdm(total=self.total_steps, initial=self.state["step"], disable=not self.env.is_main,
+        # a bar on a terminal; in a log file (CI, SLURM) a plain line per logged step instead of its frames
+        self.plain_log = self.env.is_main and not sys.stderr.isatty()
+        self.progress = tqdm(total=self.total_steps, initial=self.state["step"],
+                             disable=not self.env.is_main or self.plain_log,
                              desc=f"{self.cfg.paper} {self.cfg.flavor}", unit="step")
         for epoch in range(self.state["epoch"], self.epochs):
             padding, seconds = self.train_epoch(epoch)
@@ -475,6 +478,9 @@ class Trainer:
         bar = dict(mem=short_bytes(mine.get("peak_allocated_bytes", mine["peak_rss_bytes"])))
         if "utilization" in mine:
             bar["gpu"] = f"{mine['utilization']:.0f}%"
+        if self.plain_log:
+            print(f"step {self.state['step']}/{self.total_steps}: loss {loss:.4f}, lr {lr:.2e}, "
+                  f"{speed['samples_per_s']:.0f} samples/s, mfu {speed['mfu']:.1%}, mem {bar['mem']}", flush=True)
         self.progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", samples_s=f"{speed['samples_per_s']:.0f}",
                                   mfu=f"{speed['mfu']:.1%}", **bar)
 

@@ -25,16 +25,16 @@ def steps_logged(run) -> int:
     return path.read_text().count('"train/loss"') if path.exists() else 0
 
 
-def stop_after(cmd: list[str], run, step: int, cwd) -> tuple[int, str]:
-    """Start `cmd`, send it SIGTERM once the run has logged `step` steps; its exit code and stderr."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=launch_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+def stop_after(cmd: list[str], run, step: int, cwd) -> tuple[int, str, str]:
+    """Start `cmd`, send it SIGTERM once the run has logged `step` steps; its exit code, stdout and stderr."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=launch_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 240
     while steps_logged(run) < step and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=240)
-    return proc.returncode, err
+    out, err = proc.communicate(timeout=240)
+    return proc.returncode, out, err
 
 
 def stopped_step(err: str, run) -> int:
@@ -49,9 +49,12 @@ def stopped_step(err: str, run) -> int:
 def test_sigterm_in_one_process_saves_and_resumes_bitwise(tmp_path):
     assert main(FLAGS + ["--out", str(tmp_path / "whole")]) == 0
     run = tmp_path / "stopped"
-    code, err = stop_after([sys.executable, str(ROOT / "train.py"), *FLAGS, "--out", str(run)], run, 5, tmp_path)
+    cmd = [sys.executable, str(ROOT / "train.py"), *FLAGS, "--out", str(run)]
+    code, out, err = stop_after(cmd, run, 5, tmp_path)
     assert code == EXIT_PREEMPTED
-    stopped_step(err, run)
+    step = stopped_step(err, run)
+    # not a terminal: a plain line per logged step (--log-every 1), no progress-bar frames
+    assert "\r" not in out + err and f"step {step}/100: loss " in out
     assert not (run / "result.json").exists()
     assert main(["--resume", str(run)]) == 0
     assert bitwise_equal(weights(run), weights(tmp_path / "whole"))
@@ -60,7 +63,8 @@ def test_sigterm_in_one_process_saves_and_resumes_bitwise(tmp_path):
 def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes_bitwise(tmp_path):
     torchrun(FLAGS + ["--out", str(tmp_path / "whole")], cwd=tmp_path)
     run = tmp_path / "stopped"
-    _, err = stop_after([*torchrun_command(2), str(ROOT / "train.py"), *FLAGS, "--out", str(run)], run, 5, tmp_path)
+    _, _, err = stop_after([*torchrun_command(2), str(ROOT / "train.py"), *FLAGS, "--out", str(run)], run, 5,
+                           tmp_path)
     step = stopped_step(err, run)  # torchrun itself exits 1 after a signal; its workers exit 75
     assert "--resume" in err and len(list((checkpoint.checkpoint_dir(run, step)).glob("*.distcp"))) == 2
     torchrun(["--resume", str(run)], cwd=tmp_path)
@@ -88,3 +92,11 @@ def test_time_limits():
         with pytest.raises(ValueError, match="HH:MM:SS"):
             parse_time_limit(bad)
     assert main(["--paper", "vit", "--time-limit", "soon", "--wandb", "disabled"]) == 2
+
+
+def test_a_bad_flag_under_torchrun_is_torchruns_root_cause(tmp_path):
+    proc = subprocess.run([*torchrun_command(2), str(ROOT / "train.py"), "--paper", "vitt"], cwd=tmp_path,
+                          env=launch_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    root_cause = proc.stderr[proc.stderr.index("Root Cause"):]
+    assert "traceback : train.py: error: unknown paper 'vitt'; choose from: " in root_cause
