@@ -348,23 +348,26 @@ def row_f(args, device) -> list[dict]:
     return out
 
 
-def _onnx_session(model: nn.Module, kind: str, facts: dict, threads: int, folder: str):
-    """model exported to ONNX (checked against PyTorch), in an onnxruntime session with `threads` threads
-    that do not spin between calls (spinning threads slow down the next measurement)."""
+def _onnx_session(model: nn.Module, spec, facts: dict, threads: int, folder: str):
+    """model exported to ONNX as common.export exports it (dynamic sides only for a paper that reads
+    padded batches) and checked against PyTorch, in an onnxruntime session with `threads` threads that
+    do not spin between calls (spinning threads slow down the next measurement)."""
     from common import export
 
     path = Path(folder) / "model.onnx"
     multiple = export.size_multiple(model, None)
-    _quiet(export.export, model, kind, facts, path, {}, multiple)
-    export.check(path, model, kind, facts, multiple)
+    _quiet(export.export, model, spec.inputs, facts, path, {}, multiple, spec.padded_batches)
+    export.check(path, model, spec.inputs, facts, multiple, spec.padded_batches)
     return export.session(path, threads, spin=False)
 
 
-def _onnx_feed(inputs: torch.Tensor) -> dict:
-    """The exported graph's inputs for a batch of the default data set (all of one size)."""
+def _onnx_feed(inputs: torch.Tensor, session) -> dict:
+    """The exported graph's inputs for a batch of the default data set (all of one size): the images,
+    or the sequences and, where the graph takes them, their lengths."""
     if inputs.dim() == 4:
         return {"images": inputs.numpy()}
-    return {"x": inputs.numpy(), "lengths": torch.full((inputs.shape[0],), inputs.shape[1]).numpy()}
+    feed = {"x": inputs.numpy(), "lengths": torch.full((inputs.shape[0],), inputs.shape[1]).numpy()}
+    return {name: feed[name] for name in (i.name for i in session.get_inputs())}
 
 
 def row_g(args, device) -> list[dict]:
@@ -377,7 +380,7 @@ def row_g(args, device) -> list[dict]:
             if device.type == "cpu":
                 model, _, _, _ = default_batch(name, 1, device)
                 facts = get_dataset(spec.defaults["dataset"]).facts(image_size=spec.defaults.get("image_size"))
-                session = _onnx_session(model.eval(), spec.inputs, facts, threads, folder)
+                session = _onnx_session(model.eval(), spec, facts, threads, folder)
             for batch in (1, 32):
                 model, inputs, _, _ = default_batch(name, batch, device)
                 model.eval()
@@ -385,7 +388,7 @@ def row_g(args, device) -> list[dict]:
                 compiled.compile(backend=args.backend)
                 timed = {"compiled": lambda: seconds(lambda: call(compiled, inputs), args.iters, device)}
                 if session is not None:
-                    feed = _onnx_feed(inputs)
+                    feed = _onnx_feed(inputs, session)
                     timed[f"onnxruntime ({threads} threads, as torch)"] = lambda: seconds(
                         lambda: session.run(None, feed), args.iters, device)
                 timed["eager"] = lambda: seconds(lambda: call(model, inputs), args.iters, device)

@@ -113,10 +113,25 @@ def _read_weights(file: Path, init: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def _load_weights(reference: nn.Module, state: dict[str, torch.Tensor], file: Path, init: str, name: str) -> None:
+def _head_names(reference: nn.Module) -> set[str]:
+    """The names of the reference's classifier weights: its last linear layer's."""
+    last = [name for name, m in reference.named_modules() if isinstance(m, nn.Linear)][-1:]
+    return {f"{last[0]}.weight", f"{last[0]}.bias"} if last else set()
+
+
+def _load_weights(reference: nn.Module, state: dict[str, torch.Tensor], file: Path, init: str, name: str) -> int | None:
+    """Read `state` into the reference; a head of another number of classes (a file fine-tuned on another
+    data set) is left out, as the data set gets a new head anyway. Returns that head's classes, or None."""
     own = reference.state_dict()
     missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
     wrong = sorted(k for k in own.keys() & state.keys() if own[k].shape != state[k].shape)
+    head = _head_names(reference)
+    if wrong and not missing and not unexpected and set(wrong) <= head and all(
+            own[k].shape[1:] == state[k].shape[1:] for k in wrong):
+        classes = state[wrong[0]].shape[0]
+        with torch.no_grad():
+            reference.load_state_dict({k: v for k, v in state.items() if k not in head}, strict=False)
+        return classes
     if missing or unexpected or wrong:
         what = [f"{len(missing)} tensors missing ({', '.join(missing[:3])})" if missing else "",
                 f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])})" if unexpected else "",
@@ -127,6 +142,7 @@ def _load_weights(reference: nn.Module, state: dict[str, torch.Tensor], file: Pa
                           + ", ".join(w for w in what if w))
     with torch.no_grad():
         reference.load_state_dict(state)
+    return None
 
 
 def _size(t: torch.Tensor) -> str:
@@ -137,9 +153,10 @@ def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
-def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool) -> list[str]:
+def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool, unused_head: int | None = None) -> list[str]:
     """Fit a loaded model to the data set's facts (those the paper's model is built for); the notes.
-    headless: the reference came without a head, so the model needs a new one whatever its size."""
+    headless: the reference came without a head, so the model needs a new one whatever its size;
+    unused_head: the classes of a head in the weights file that was not read (likewise)."""
     notes = []
     if "in_chans" in spec.data_kwargs and model.in_chans != facts["in_chans"]:
         raise ConfigError(f"--init {init}: the model reads {model.in_chans} input channels, the data set has "
@@ -153,10 +170,11 @@ def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool) -> li
         notes.append(f"--init {init}: position embeddings learned on {h}x{w} images interpolated to {H}x{W} "
                      f"(once, 2D bicubic)")
     classes = model.get_classifier().out_features
-    if headless or ("num_classes" in spec.data_kwargs and classes != facts["num_classes"]):
+    if headless or unused_head is not None or ("num_classes" in spec.data_kwargs and classes != facts["num_classes"]):
         n = facts.get("num_classes", classes)
         model.reset_classifier(n)
         what = ("it has no head (pre-training weights): a new one" if headless
+                else f"the file's head of {unused_head} classes not used: a new one" if unused_head is not None
                 else f"head of {classes} classes replaced by a new one")
         notes.append(f"--init {init}: {what} of {n} classes, initialised as the paper's")
     return notes
@@ -197,8 +215,7 @@ def reference_model(spec, init: str, facts: dict, weights: bool = True) -> tuple
         raise ConfigError(f"--init {init}: cannot fetch the {source} weights of {name}, nor find them in its cache "
                           f"({type(e).__name__}); download them where there is a network, or pass a local copy: "
                           f"--init {source}:{name}@FILE") from e
-    if state is not None:
-        _load_weights(reference, state, file, init, f"{source}:{name}")
+    unused_head = _load_weights(reference, state, file, init, f"{source}:{name}") if state is not None else None
     headless = getattr(reference, "num_classes", None) == 0  # timm's pre-training weights (e.g. *.orig_in21k)
     if headless:
         reference.reset_classifier(facts.get("num_classes", 1))  # a stand-in, replaced below
@@ -206,7 +223,7 @@ def reference_model(spec, init: str, facts: dict, weights: bool = True) -> tuple
         model = loader(reference)
     except ValueError as e:  # a reference with parts the paper's model has not
         raise ConfigError(f"--init {init}: {e}") from e
-    return model, _adapt(model, spec, facts, init, headless)
+    return model, _adapt(model, spec, facts, init, headless, unused_head)
 
 
 def architecture_name(init: str) -> str:

@@ -291,11 +291,24 @@ def test_a_file_of_another_model_is_named(vit_weights, resnet_weights, tmp_path,
                                           r"\d+ tensors missing \(.*\), \d+ unexpected"):
         reference_model(VIT, f"timm:test_vit@{resnet_file}", VIT_FACTS)
     state = vit_weights[0].state_dict()
-    state["head.weight"], state["head.bias"] = torch.zeros(10, 64), torch.zeros(10)  # fine-tuned elsewhere
+    state["blocks.0.norm1.weight"] = torch.ones(65)
+    save_file(state, tmp_path / "wider.safetensors")
+    with pytest.raises(ConfigError, match=r"1 of another shape \(blocks.0.norm1.weight: 65 in the file, 64 in "
+                                          r"timm:test_vit\)$"):
+        reference_model(VIT, f"timm:test_vit@{tmp_path / 'wider.safetensors'}", VIT_FACTS)
+
+
+def test_a_file_fine_tuned_for_other_classes_loads_without_its_head(vit_weights, tmp_path, no_download):
+    state = vit_weights[0].state_dict()
+    state["head.weight"], state["head.bias"] = torch.ones(10, 64), torch.ones(10)  # fine-tuned elsewhere
     save_file(state, tmp_path / "ten.safetensors")
-    with pytest.raises(ConfigError, match=r"2 of another shape \(head.bias: 10 in the file, 1000 in timm:test_vit; "
-                                          r"head.weight: 10x64 in the file, 1000x64 in timm:test_vit\)$"):
-        reference_model(VIT, f"timm:test_vit@{tmp_path / 'ten.safetensors'}", VIT_FACTS)
+    init = f"timm:test_vit@{tmp_path / 'ten.safetensors'}"
+    for classes in (1000, 7):  # the reference's own number of classes, and another
+        model, notes = reference_model(VIT, init, {**VIT_FACTS, "num_classes": classes})
+        assert notes == [f"--init {init}: the file's head of 10 classes not used: a new one of {classes} classes, "
+                         f"initialised as the paper's"]
+        assert model.head.weight.shape == (classes, 64) and not model.head.weight.any()
+        assert torch.equal(model.E_pos, vit_weights[0].pos_embed)
 
 
 def test_unknown_model_names_suggest_close_ones(no_download):
