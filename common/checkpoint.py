@@ -62,15 +62,18 @@ def latest(run_dir: Path) -> Path | None:
     return done[-1][1] if done else None
 
 
-def prune(run_dir: Path, keep: int) -> None:
-    """Keep the newest `keep` complete checkpoints; drop older ones and unfinished ones older than them."""
+def prune(run_dir: Path, keep: int, best_step: int | None = None) -> None:
+    """Keep the newest `keep` complete checkpoints and the one of `best_step` (the best evaluation so
+    far); drop older ones and unfinished ones older than them. A checkpoint loses its `.metadata`
+    first, so that a deletion cut short leaves an incomplete one, which never counts."""
     done = complete(run_dir)
     if not done:
         return
-    kept = {path for _, path in done[-keep:]}
+    kept = {path for _, path in done[-keep:]} | {path for step, path in done if step == best_step}
     newest = done[-1][0]
     for step, path in _all(run_dir):
         if path not in kept and step <= newest:
+            (path / ".metadata").unlink(missing_ok=True)
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -105,7 +108,8 @@ def _rng_state(env: Env) -> dict[str, torch.Tensor]:
 
 
 def save(run_dir: Path, step: int, model, optimizer, trainer_state: dict, env: Env, keep: int) -> Path:
-    """Write one checkpoint (every rank its shard), then prune old ones. Every rank must call it."""
+    """Write one checkpoint (every rank its shard), then, once it is complete, prune old ones (keeping
+    the best: trainer_state's `best_step`). Every rank must call it."""
     path = checkpoint_dir(run_dir, step)
     tensors, values, _ = _split(model, optimizer)
     if env.is_main:
@@ -116,7 +120,7 @@ def save(run_dir: Path, step: int, model, optimizer, trainer_state: dict, env: E
     with _single_process_is_intended():
         dcp.save(tensors | _rng_state(env), checkpoint_id=path)  # .metadata is written last
     if env.is_main:
-        prune(run_dir, keep)
+        prune(run_dir, keep, trainer_state.get("best_step"))
     return path
 
 

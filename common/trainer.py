@@ -513,7 +513,7 @@ class Trainer:
         value = metrics[self.task.metric]
         best = state["best"]
         if best is None or (value > best[0] if self.task.higher_is_better else value < best[0]):
-            state["best"] = (value, epoch + 1)
+            state["best"], state["best_step"] = (value, epoch + 1), state["step"]  # --keep-ckpts keeps its checkpoint
         state["history"].append(value)
         state["metrics"] = metrics  # the last evaluation's every metric
         padding = parallel.all_reduce_sum(torch.tensor(padding, dtype=torch.float64, device=self.env.device)).tolist()

@@ -196,3 +196,32 @@ def test_resume_input_errors(single_run, tmp_path, capsys, case, flags, words):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and all(w in err[0] for w in words), err
     assert tree_snapshot(single_run) == before
+
+
+def test_keep_ckpts_keeps_the_newest_and_the_best(tmp_path):
+    for step in (3, 6, 9, 12):
+        folder = checkpoint.checkpoint_dir(tmp_path, step)
+        folder.mkdir(parents=True)
+        (folder / ".metadata").write_bytes(b"done")
+    checkpoint.prune(tmp_path, 2, best_step=3)
+    assert [step for step, _ in checkpoint.complete(tmp_path)] == [3, 9, 12]
+    checkpoint.prune(tmp_path, 1)
+    assert [step for step, _ in checkpoint.complete(tmp_path)] == [12]
+
+
+def test_a_deletion_cut_short_leaves_a_run_that_resumes(single_run, tmp_path, monkeypatch):
+    """A kill inside the deletion of an old checkpoint: it has lost its .metadata first, so it no longer
+    counts, and the run resumes from the newest as if nothing happened."""
+    run = interrupted_copy(single_run, 25, tmp_path / "run")
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.prune(run, 1)
+    monkeypatch.undo()
+    assert (run / "checkpoints" / "step_5").is_dir()  # its files are still there
+    assert [step for step, _ in checkpoint.complete(run)] == [10, 15, 20, 25]
+    assert main(["--resume", str(run)]) == 0
+    assert bitwise_equal(weights(run), weights(single_run))
