@@ -35,7 +35,7 @@ def tell_torchrun(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from common.config import build_parser, resolve, resolve_rerun, resolve_resume, validate, world_size_from_env
-    from common.errors import ConfigError
+    from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
 
     argv = sys.argv[1:] if argv is None else argv
     is_main = os.environ.get("RANK", "0") == "0"
@@ -62,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"train.py: error: {e}", file=sys.stderr)
         tell_torchrun(f"train.py: error: {e}")
         return 2
+    except NonFinite as e:  # --nonfinite: the line names the step, the value and the last good checkpoint
+        if is_main:
+            print(f"train.py: error: {e}", file=sys.stderr, flush=True)
+        tell_torchrun(f"train.py: error: {e}")
+        return EXIT_NONFINITE
     except Preempted as e:  # SIGTERM, SIGUSR1 or --time-limit: a checkpoint to resume from
         if is_main:
             print(f"train.py: {e}", file=sys.stderr, flush=True)

@@ -31,6 +31,7 @@ from common.optim import OPTIMIZERS, SCHEDULES, parse_gammas, parse_milestones
 from common.parallel import STRATEGIES, resolve_strategy
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+NONFINITE = ("stop", "skip")  # what a NaN or infinite loss does
 BUCKETING = ("none", "size")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
@@ -96,6 +97,8 @@ class TrainConfig:
     out: str | None = None  # the run directory; default runs/<paper>-<time>-<id>
     ckpt_every: int | None = None  # optimizer steps between checkpoints; None: at each epoch's end
     keep_ckpts: int = 2  # the newest checkpoints kept
+    nonfinite: str = "stop"  # a NaN or infinite loss: stop the run, or skip that step's update
+    nonfinite_patience: int = 10  # --nonfinite skip: stop after this many skipped steps in a row
     time_limit: str | None = None  # HH:MM:SS: stop with a checkpoint before this much wall time has passed
     results_dir: str = "results"  # the local results store every finished run is added to
     wandb: str = "auto"
@@ -326,6 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "other block (selective) recomputes its activations in backward (default none)")
     p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
     p.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
+    p.add_argument("--nonfinite", choices=NONFINITE, help="a NaN or infinite loss: stop (default; exit code 65) or "
+                   "skip that step's update on every rank")
+    p.add_argument("--nonfinite-patience", type=positive_int, help="with --nonfinite skip: stop after this many "
+                   "skipped steps in a row (default 10)")
     p.add_argument("--time-limit", metavar="HH:MM:SS", help="stop with a checkpoint (exit code 75) before this much "
                    "wall time has passed since the start, as SIGTERM and SIGUSR1 do (a job's limit)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
@@ -346,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # flags that may change when a run is resumed: how it runs, not what it computes
 RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "sequence_parallel", "pp", "pp_schedule", "microbatches",
-             "ac", "time_limit", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+             "ac", "time_limit", "nonfinite", "nonfinite_patience", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
              "compile_mode", "compile_backend", "download", "profile"}
 
 
@@ -462,7 +469,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
                           (COMPILE_MODES, "compile_mode"), (COMPILE_BACKENDS, "compile_backend"),
                           (RECIPES, "recipe"), (OPTIMIZERS, "optimizer"), (SCHEDULES, "schedule"),
                           (TOKENIZERS, "tokenizer"), (LR_SCALINGS, "lr_scaling"), (AC_MODES, "ac"),
-                          (PP_SCHEDULES, "pp_schedule")):
+                          (PP_SCHEDULES, "pp_schedule"), (NONFINITE, "nonfinite")):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"unknown {name} '{getattr(cfg, name)}'; choose from: {', '.join(choices)}")
     if cfg.ac != "none" and not spec.shard_blocks:

@@ -8,3 +8,11 @@ class ConfigError(ValueError):
 
 class CheckpointError(ConfigError):
     """A checkpoint that cannot be used: corrupted, or of another model (exit code 2)."""
+
+
+EXIT_NONFINITE = 65  # sysexits.h's EX_DATAERR: the run diverged, or its data holds a NaN
+
+
+class NonFinite(Exception):
+    """A step's loss was NaN or infinite (--nonfinite stop, or too many skipped in a row); the message is
+    the line to print, and the process exits with EXIT_NONFINITE."""

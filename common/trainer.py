@@ -37,7 +37,7 @@ from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batc
 from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, eval_loader, get_dataset, options, train_loader
 from common.data.collate import element_counts, to_device
-from common.errors import ConfigError
+from common.errors import ConfigError, NonFinite
 from common.mesh import Layout
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
@@ -426,6 +426,10 @@ class Trainer:
             if counts is not None:
                 self.window_counts += counts
                 self.epoch_counts += counts
+        if not self.loss_is_finite(loss):  # on every rank alike: --nonfinite skip leaves out this update
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
+            return loss
         if self.pipeline is not None:
             self.pipeline.sync_shared_gradients()
         if cfg.clip_grad > 0:
@@ -459,6 +463,26 @@ class Trainer:
             counts += self.task.train_counts(outputs, targets)
         return loss
 
+    def loss_is_finite(self, loss: torch.Tensor) -> bool:
+        """Whether every rank's loss of this step is finite. Where one is not, --nonfinite stop (or
+        --nonfinite-patience skipped steps in a row) ends the run with NonFinite; skip counts it and
+        returns False, on every rank."""
+        state = self.state
+        if not parallel.all_reduce_max(int(not torch.isfinite(loss).all())):
+            state["nonfinite_in_row"] = 0
+            return True
+        state["skipped_steps"] = state.get("skipped_steps", 0) + 1
+        state["nonfinite_in_row"] = state.get("nonfinite_in_row", 0) + 1
+        if self.cfg.nonfinite == "skip" and state["nonfinite_in_row"] < self.cfg.nonfinite_patience:
+            return False
+        value = next(v for v in parallel.all_gather_object(loss.item()) if not math.isfinite(v))
+        last = checkpoint.latest(self.run_dir)
+        why = ("" if self.cfg.nonfinite == "stop"
+               else f" ({state['nonfinite_in_row']} steps in a row, --nonfinite-patience {self.cfg.nonfinite_patience})")
+        self.progress.close()
+        raise NonFinite(f"the loss is {value} at step {state['step'] + 1}{why}; the run stops; last good checkpoint: "
+                        + (f"{last} (resume with --resume {self.run_dir}, after a fix)" if last else "none yet"))
+
     def log_step(self, loss: torch.Tensor) -> None:
         """The loss averaged over ranks, the learning rate, the speed and every rank's memory and device
         use, to wandb, metrics.jsonl and the progress bar."""
@@ -468,7 +492,8 @@ class Trainer:
         elements = "pixels_per_s" if self.data.inputs == "image" else "tokens_per_s"
         row = {"train/loss": loss, "train/lr": lr, "train/samples_per_s": speed["samples_per_s"],
                f"train/{elements}": speed["elements_per_s"], "train/data_wait": speed["data_wait"],
-               "train/mfu": speed["mfu"], "memory/saved_activation_bytes": self.saved_bytes}
+               "train/mfu": speed["mfu"], "memory/saved_activation_bytes": self.saved_bytes,
+               "train/skipped_steps": self.state.get("skipped_steps", 0)}
         row |= {f"device/rank{r}/{k}": v for r, values in enumerate(devices) for k, v in values.items()}
         if self.cfg.compile:
             row["compile/recompiles"] = compiled_graphs() - self.graphs_after_first_step
@@ -636,6 +661,7 @@ class Trainer:
             "recompiles": (compiled_graphs() - self.graphs_after_first_step
                            if cfg.compile and self.graphs_after_first_step else 0),
             "padding_waste": padded / total if total else 0.0, "bucketing": cfg.bucketing,
+            "skipped_steps": state.get("skipped_steps", 0),
             "memory_per_rank": self.memory, "device_per_rank": self.devices,
             "wall_s": state["wall_seconds"] + time.perf_counter() - self.started,
             "device": device_name(self.env.device), "torch": torch.__version__, "commit": git_commit(),

@@ -26,7 +26,8 @@ FLAG_VALUES = {
     "label-smoothing": 0.1, "block-size": 64, "seq-len": 50, "tokenizer": "bpe", "vocab-size": 512,
     "beam": 4, "length-penalty": 0.6, "seed": 2, "precision": "bf16", "grad-accum": 2, "clip-grad": 1.0,
     "strategy": "ddp", "dp-replicate": 2, "dp-shard": 2, "tp": 2, "sequence-parallel": True,
-    "pp": 2, "pp-schedule": "gpipe", "microbatches": 4, "ac": "full", "ckpt-every": 5, "keep-ckpts": 3, "time-limit": "1:00:00", "resume": "runs/x", "compile": False,
+    "pp": 2, "pp-schedule": "gpipe", "microbatches": 4, "ac": "full", "ckpt-every": 5, "keep-ckpts": 3, "time-limit": "1:00:00", "nonfinite": "skip",
+    "nonfinite-patience": 3, "resume": "runs/x", "compile": False,
     "compile-mode": "default", "compile-backend": "eager", "out": "runs/y", "results-dir": "results",
     "rerun": "some-run", "wandb": "offline", "wandb-project": "p", "log-every": 5, "num-workers": 1, "profile": 3,
 }
