@@ -31,6 +31,23 @@ def has_api_key() -> bool:
         return False
 
 
+def base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
+def unreachable(url: str, timeout: float = 10.0) -> str | None:
+    """Why no connection to the url's host opens within `timeout` seconds, or None if one does."""
+    import socket
+
+    parts = urlparse(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)),
+                                 timeout=timeout).close()
+        return None
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+
+
 def resolve_mode(mode: str) -> str:
     if mode == "auto":
         return "online" if has_api_key() else "offline"
@@ -58,13 +75,18 @@ class Tracker:
         self.metrics_file = Path(run_dir) / "metrics.jsonl"
         if mode == "disabled":
             return
+        why = unreachable(base_url()) if mode == "online" else None
+        if why:  # no network: log offline, to upload later, rather than wait for wandb's own timeouts
+            print(f"wandb: cannot reach {base_url()} ({why}); logging offline instead: upload the run later with "
+                  f"`wandb sync {Path(run_dir) / 'wandb'}/offline-run-*`", flush=True)
+            self.mode = mode = "offline"
         try:
             import wandb
 
             self.run = wandb.init(
                 project=project, name=name, dir=str(run_dir), mode=mode, config=config, group=group,
                 id=resume_id, resume="allow" if resume_id else None,
-                settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+                settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=30),
             )
         except Exception as e:  # wandb must never stop training
             self._fail(e)

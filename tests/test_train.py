@@ -1,6 +1,7 @@
 """End-to-end runs: the run directory, wandb's offline run read back, repeatability, and torchrun."""
 
 import json
+import time
 import warnings
 
 import pytest
@@ -10,7 +11,7 @@ from safetensors.torch import load_file
 from common.data import get_dataset
 from common.tracking import resolve_mode
 from papers import get_paper
-from tests.conftest import load_json, read_wandb_records, torchrun, wandb_items, wandb_run_folders
+from tests.conftest import free_port, load_json, read_wandb_records, torchrun, wandb_items, wandb_run_folders
 from train import main
 
 RESULT_FIELDS = {
@@ -135,3 +136,21 @@ def test_default_two_process_vit_run(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "runs"], "only the run and its result"
     assert [p.name for p in (tmp_path / "results").iterdir()] == [f"{runs[0].name}.json"]
     assert load_json(tmp_path / "results" / f"{runs[0].name}.json") == result
+
+
+def test_wandb_online_without_a_network_logs_offline_for_a_later_sync(tmp_path, monkeypatch, capsys):
+    port = free_port()  # nothing listens there
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    run = tmp_path / "run"
+    start = time.monotonic()
+    assert main(["--paper", "vit", "--max-steps", "3", "--log-every", "1", "--wandb", "online", "--out", str(run)]) == 0
+    assert time.monotonic() - start < 60
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wandb: cannot reach")]
+    assert len(lines) == 1 and f"http://127.0.0.1:{port}" in lines[0] and "wandb sync" in lines[0]
+    result = load_json(run / "result.json")
+    folders = wandb_run_folders(run)
+    assert len(folders) == 1 and folders[0].name.startswith("offline-run-")
+    records = read_wandb_records(folders[0] / f"run-{result['wandb_run_id']}.wandb")
+    history = [wandb_items(r.history.item) for r in records if r.HasField("history")]
+    assert [row["_step"] for row in history if "train/loss" in row] == [1, 2, 3]
