@@ -353,8 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # flags that may change when a run is resumed: how it runs, not what it computes
 RESUMABLE = {"strategy", "dp_replicate", "dp_shard", "tp", "sequence_parallel", "pp", "pp_schedule", "microbatches",
-             "ac", "time_limit", "nonfinite", "nonfinite_patience", "wandb", "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
-             "compile_mode", "compile_backend", "download", "profile"}
+             "ac", "time_limit", "nonfinite", "nonfinite_patience", "wandb", "results_dir", "log_every",
+             "num_workers", "ckpt_every", "keep_ckpts", "compile", "compile_mode", "compile_backend", "download",
+             "profile"}
 
 
 def resolve_resume(flags: dict) -> TrainConfig:

@@ -477,8 +477,8 @@ class Trainer:
             return False
         value = next(v for v in parallel.all_gather_object(loss.item()) if not math.isfinite(v))
         last = checkpoint.latest(self.run_dir)
-        why = ("" if self.cfg.nonfinite == "stop"
-               else f" ({state['nonfinite_in_row']} steps in a row, --nonfinite-patience {self.cfg.nonfinite_patience})")
+        patience = self.cfg.nonfinite_patience
+        why = "" if self.cfg.nonfinite == "stop" else f" ({patience} steps in a row, --nonfinite-patience {patience})"
         self.progress.close()
         raise NonFinite(f"the loss is {value} at step {state['step'] + 1}{why}; the run stops; last good checkpoint: "
                         + (f"{last} (resume with --resume {self.run_dir}, after a fix)" if last else "none yet"))
