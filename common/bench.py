@@ -361,13 +361,18 @@ def _onnx_session(model: nn.Module, spec, facts: dict, threads: int, folder: str
     return export.session(path, threads, spin=False)
 
 
-def _onnx_feed(inputs: torch.Tensor, session) -> dict:
-    """The exported graph's inputs for a batch of the default data set (all of one size): the images,
-    or the sequences and, where the graph takes them, their lengths."""
-    if inputs.dim() == 4:
-        return {"images": inputs.numpy()}
-    feed = {"x": inputs.numpy(), "lengths": torch.full((inputs.shape[0],), inputs.shape[1]).numpy()}
-    return {name: feed[name] for name in (i.name for i in session.get_inputs())}
+def _onnx_feed(inputs, session) -> dict:
+    """The exported graph's inputs (as common.export names them) for a batch of the default data set:
+    images, token ids, sequences and their lengths, or a dict's entries (source and target ids)."""
+    if isinstance(inputs, dict):
+        feed = dict(inputs)
+    elif inputs.dim() == 4:
+        feed = {"images": inputs}
+    elif not inputs.is_floating_point():
+        feed = {"idx": inputs}
+    else:
+        feed = {"x": inputs, "lengths": torch.full((inputs.shape[0],), inputs.shape[1])}
+    return {name: feed[name].numpy() for name in (i.name for i in session.get_inputs())}
 
 
 def row_g(args, device) -> list[dict]:
