@@ -1,6 +1,6 @@
 """A run told to stop (SIGTERM, SIGUSR1, --time-limit) stops after a step with a checkpoint, says how
-to resume in one line, exits with 75, and resumes to the uninterrupted run's weights bit for bit: in
-one process and in 2 under torchrun (the signal sent to torchrun)."""
+to resume in one line, exits with 75, and resumes to the uninterrupted run's weights bit for bit (the
+runs of tests/test_checkpoint.py): in one process and in 2 under torchrun (the signal sent to torchrun)."""
 
 import os
 import re
@@ -14,10 +14,11 @@ import pytest
 from common import checkpoint
 from common.preemption import EXIT_PREEMPTED, StopSignals, parse_time_limit
 from tests.conftest import ROOT, bitwise_equal, launch_env, torchrun, torchrun_command, weights
+from tests.test_checkpoint import FLAGS as UNINTERRUPTED, ddp_run, single_run  # noqa: F401 (the fixtures)
 from train import main
 
-# long enough (4 epochs of 22 steps, then some) that a signal sent after step 5 lands well before the end
-FLAGS = ["--paper", "vit", "--max-steps", "100", "--log-every", "1", "--wandb", "disabled"]
+# the uninterrupted runs' flags (30 steps, in one process and with ddp), logging every step to see where it is
+FLAGS = [*UNINTERRUPTED, "--log-every", "1", "--wandb", "disabled"]
 
 
 def steps_logged(run) -> int:
@@ -41,34 +42,32 @@ def stopped_step(err: str, run) -> int:
     lines = [line for line in err.splitlines() if line.startswith("train.py: stopped by SIGTERM after step")]
     assert len(lines) == 1, err[-2000:]
     assert f"train.py --resume {run}" in lines[0]
-    step = int(re.search(r"after step (\d+) of 100", lines[0]).group(1))
-    assert 5 <= step < 100 and checkpoint.latest(run).name == f"step_{step}"
+    step = int(re.search(r"after step (\d+) of 30", lines[0]).group(1))
+    assert 3 <= step < 30 and checkpoint.latest(run).name == f"step_{step}"
     return step
 
 
-def test_sigterm_in_one_process_saves_and_resumes_bitwise(tmp_path):
-    assert main(FLAGS + ["--out", str(tmp_path / "whole")]) == 0
+def test_sigterm_in_one_process_saves_and_resumes_bitwise(single_run, tmp_path):
     run = tmp_path / "stopped"
     cmd = [sys.executable, str(ROOT / "train.py"), *FLAGS, "--out", str(run)]
-    code, out, err = stop_after(cmd, run, 5, tmp_path)
+    code, out, err = stop_after(cmd, run, 3, tmp_path)
     assert code == EXIT_PREEMPTED
     step = stopped_step(err, run)
     # not a terminal: a plain line per logged step (--log-every 1), no progress-bar frames
-    assert "\r" not in out + err and f"step {step}/100: loss " in out
+    assert "\r" not in out + err and f"step {step}/30: loss " in out
     assert not (run / "result.json").exists()
     assert main(["--resume", str(run)]) == 0
-    assert bitwise_equal(weights(run), weights(tmp_path / "whole"))
+    assert bitwise_equal(weights(run), weights(single_run))
 
 
-def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes_bitwise(tmp_path):
-    torchrun(FLAGS + ["--out", str(tmp_path / "whole")], cwd=tmp_path)
+def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes_bitwise(ddp_run, tmp_path):
     run = tmp_path / "stopped"
-    _, _, err = stop_after([*torchrun_command(2), str(ROOT / "train.py"), *FLAGS, "--out", str(run)], run, 5,
+    _, _, err = stop_after([*torchrun_command(2), str(ROOT / "train.py"), *FLAGS, "--out", str(run)], run, 3,
                            tmp_path)
     step = stopped_step(err, run)  # torchrun itself exits 1 after a signal; its workers exit 75
     assert "--resume" in err and len(list((checkpoint.checkpoint_dir(run, step)).glob("*.distcp"))) == 2
     torchrun(["--resume", str(run)], cwd=tmp_path)
-    assert bitwise_equal(weights(run), weights(tmp_path / "whole"))
+    assert bitwise_equal(weights(run), weights(ddp_run))
 
 
 def test_time_limit_stops_with_a_checkpoint(tmp_path):
