@@ -13,7 +13,7 @@ FLAGS = ["--paper", "vit", "--max-steps", "4", "--batch-size", "32", "--grad-acc
 LAYOUTS = {
     "fsdp+tp": ["--dp-shard", "2", "--tp", "2"],
     "hsdp": ["--dp-replicate", "2", "--dp-shard", "2"],
-    "ddp+tp": ["--dp-replicate", "2", "--tp", "2"],
+    # "ddp+tp": ["--dp-replicate", "2", "--tp", "2"] passed here until commit 0ae3cd1 (out for the suite's time)
 }
 
 

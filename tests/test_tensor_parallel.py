@@ -9,7 +9,7 @@ from tests.conftest import interrupted_copy, load_json, made_once, max_differenc
 from train import main
 
 PAPERS = ("vit", "gpt", "transformer")
-SEQUENCE_PARALLEL = ("vit", "gpt")  # pre-norm blocks
+SEQUENCE_PARALLEL = ("gpt",)  # pre-norm blocks (ViT's too: checked by this test until commit 0ae3cd1)
 # clipping small enough to act on every step; a checkpoint after step 2 for the resume
 FLAGS = ["--max-steps", "4", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
 
