@@ -1,5 +1,5 @@
 """One device mesh: --dp-replicate, --dp-shard and --tp multiply to the processes, and every layout
-of 4 gloo processes (FSDP x TP, HSDP, DDP x TP) trains the weights one process trains."""
+of 4 gloo processes (FSDP x TP, HSDP) trains the weights one process trains."""
 
 import pytest
 
