@@ -120,7 +120,7 @@ class Pipeline:
 
     def __init__(self, model: nn.Module, chain, layout, mesh, rank: int, device: torch.device, schedule: str,
                  microbatches: int, loss, grad_accum: int = 1):
-        self.model, self.chain, self.device = model, chain, device
+        self.model, self.device = model, device
         self.pp, self.microbatches = layout.pp, microbatches
         self.group = mesh["pp"].get_group()
         self.pp_rank = dist.get_group_rank(self.group, rank)
