@@ -1,6 +1,6 @@
 """Speed comparisons, each a ratio of two things measured side by side in one process.
 
-    python -m common.bench [--rows a,b,c,d,e,f,g] [--papers vit,resnet,lstm] [--repeats 5] [--quick]
+    python -m common.bench [--rows a,b,c,d,e,f,g] [--papers vit,resnet,lstm] [--repeats 5] [--quick | --smoke]
     python -m common.bench --rows batch [--papers resnet,vit] [--target 0.95] [--plot PNG]
 
 Each row times A and B alternately (A, B, A, B, ...) after a warm-up, and reports
@@ -64,12 +64,16 @@ def seconds(fn, n: int, device: torch.device) -> float:
     return (time.perf_counter() - start) / n
 
 
+WARM = True  # --smoke: no warm-up calls
+
+
 def alternate(a, b, repeats: int) -> tuple[float, float, float]:
     """(median of a, median of b, median of the ratios a/b); a and b return one measurement each.
 
     After a warm-up of both, repeats run in the order a b, b a, a b, ... so that neither
     always runs first."""
-    a(), b()
+    if WARM:
+        a(), b()
     pairs = []
     for i in range(repeats):
         if i % 2:
@@ -85,7 +89,7 @@ def rotate(fns: list, repeats: int) -> tuple[list[float], list[float]]:
     """Like `alternate` for several measurements: each repeat runs them in a rotated order
     (0 1 2, 1 2 0, 2 0 1, ...). Returns the median of each, and the median of each one's
     per-repeat ratio to the last."""
-    for fn in fns:
+    for fn in fns if WARM else ():
         fn()
     times = [[] for _ in fns]
     for i in range(repeats):
@@ -386,7 +390,7 @@ def row_g(args, device) -> list[dict]:
                 model, _, _, _ = default_batch(name, 1, device)
                 facts = get_dataset(spec.defaults["dataset"]).facts(image_size=spec.defaults.get("image_size"))
                 session = _onnx_session(model.eval(), spec, facts, threads, folder)
-            for batch in (1, 32):
+            for batch in (1,) if args.smoke else (1, 32):
                 model, inputs, _, _ = default_batch(name, batch, device)
                 model.eval()
                 compiled = _copy(model)
@@ -485,6 +489,9 @@ def main(argv: list[str] | None = None) -> str | int:
     p.add_argument("--iters", type=int, default=10, help="calls per timed measurement in rows b to e and g")
     p.add_argument("--backend", default="inductor", help="torch.compile backend for rows c, d and g")
     p.add_argument("--quick", action="store_true", help="a short version: few steps and repeats, eager compile")
+    p.add_argument("--smoke", action="store_true", help="the quickest: --quick with one step and one call per "
+                   "measurement, no warm-up, row g at batch 1 only; it shows that the rows run for these papers, its "
+                   "numbers mean nothing")
     p.add_argument("--target", type=float, default=0.95, help="row batch: the test metric to reach (default 0.95)")
     p.add_argument("--plot", help="row batch: where to draw its plot (PNG)")
     args = p.parse_args(argv)
@@ -499,8 +506,11 @@ def main(argv: list[str] | None = None) -> str | int:
         print(f"error: the bench times classification and sequence papers; not {', '.join(unbenched)} "
               f"(choose from: {', '.join(BENCHED)})", file=sys.stderr)
         return 2
+    global WARM
+    WARM = not args.smoke
+    args.quick = args.quick or args.smoke
     if args.quick:
-        args.repeats, args.steps, args.iters, args.backend = 1, 4, 2, "eager"
+        args.repeats, args.steps, args.iters, args.backend = 1, 1 if args.smoke else 4, 1 if args.smoke else 2, "eager"
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rows = []
     for r in args.rows:

@@ -1,5 +1,5 @@
 """Speed accounting: FLOP counts, peaks, MFU and throughput in the results, compile, --batch-size auto,
-and the bench's quick form."""
+and profiling (the bench: test_bench.py)."""
 
 import json
 
@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from common import bench
 from common.throughput import peak_flops, training_flops
 from tests.conftest import load_json
 from train import main
@@ -71,32 +70,6 @@ def test_batch_size_auto_picks_a_power_of_two_and_records_it(tmp_path, capsys):
     batch = result["batch_size"]
     assert batch == config["batch_size"] and batch & (batch - 1) == 0 and 8 <= batch <= 1437
     assert f"batch size auto: {batch} per device" in capsys.readouterr().out
-
-
-def test_the_bench_quick_form_prints_every_row(capsys):
-    table = bench.main(["--quick", "--papers", "vit"])
-    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
-    assert set(rows) == set("abcdefg") - {"c"}  # row c compares the LSTM
-    for line in table.splitlines()[2:]:
-        assert float(line.split("|")[5]) > 0
-    latency = [line for line in table.splitlines() if line.startswith("| g |")]
-    assert len(latency) == 4 and sum("onnxruntime (" in line for line in latency) == 2
-
-
-def test_the_bench_times_gpt_against_transformers_gpt2(capsys):
-    """Row b builds Hugging Face's GPT2LMHeadModel (the tiny flavor's sizes), copies its weights into ours
-    (from_hf) and times both on token ids."""
-    table = bench.main(["--quick", "--rows", "b", "--papers", "gpt"])
-    rows = [line.split("|") for line in table.splitlines()[2:]]
-    assert len(rows) == 1 and rows[0][1].strip() == "b" and float(rows[0][5]) > 0
-    assert "gpt vs transformers GPT2LMHeadModel, 128 tokens: forward+backward, batch 64" in rows[0][2]
-
-
-def test_the_bench_refuses_detection_papers_in_one_line(capsys):
-    assert bench.main(["--rows", "a", "--papers", "faster_rcnn,vit"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: the bench times classification and sequence papers; not faster_rcnn (")
-    assert "faster_rcnn" not in bench.BENCHED and "vit" in bench.BENCHED and len(err.splitlines()) == 1
 
 
 def test_profile_records_n_steps_writes_a_trace_and_prints_the_top_operators(tmp_path, capsys):

@@ -1,0 +1,58 @@
+"""The bench (common/bench.py): its smoke form over every paper it times by default, row f's launches,
+and its refusals. The figures themselves are the README's, from full runs; here only that each row runs."""
+
+import pytest
+
+from common import bench
+from common.config import build_parser, resolve, validate
+from papers import get_paper
+
+
+def table_rows(table: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines()[2:]]
+
+
+def test_every_default_row_runs_for_every_paper_it_times(capsys, monkeypatch):
+    """A new paper cannot break the bench unnoticed: `--smoke` (one step, one call, no warm-up) runs rows a
+    to g over every paper of the default list. Row f's three launches a paper (8 minutes for all of them)
+    are not made: each of its commands goes through train.py's own flag checks at its number of processes,
+    which refuse a paper that cannot train that way (its launcher is tested below)."""
+    launches = []
+
+    def checked(flags: list[str], nproc: int) -> dict:
+        cfg = resolve(vars(build_parser().parse_args(flags + ["--wandb", "disabled"])))
+        validate(cfg, world_size=nproc)
+        launches.append((cfg.paper, cfg.strategy, nproc))
+        return {"samples_per_s": 1.0, "batch_size": cfg.batch_size, "memory_per_rank": [{"total": 1}]}
+
+    monkeypatch.setattr(bench, "_run_train", checked)
+    table = bench.main(["--smoke"])
+    rows = table_rows(table)
+    assert rows and all(float(r[4]) > 0 for r in rows)
+    covers = lambda letter: {r[1].split(":")[0].split(" ")[0] for r in rows if r[0] == letter}
+    papers = set(bench.BENCHED)
+    assert len(papers) >= 14 and "lenet" in papers  # a fixed-size paper: row g exports it at its own size
+    for letter in "adefg":
+        assert covers(letter) == papers, letter
+    assert covers("b") == {p for p in papers if get_paper(p).reference_models}
+    assert covers("c") == {"lstm"}
+    assert sum(r[0] == "g" for r in rows) == 2 * len(papers)  # compiled and onnxruntime, at batch 1
+    assert "gpt vs transformers GPT2LMHeadModel, 128 tokens: forward+backward, batch 64" in table
+    assert sorted(launches) == sorted((p, s, n) for p in papers for s, n in
+                                      (("auto", 1), ("ddp", 2), ("fsdp", 2)))
+
+
+def test_row_f_launches_train_py_under_torchrun_and_reads_its_result():
+    """Row f's launcher for real (the smoke test above checks its commands and its arithmetic)."""
+    result = bench._run_train(["--paper", "vit", "--max-steps", "1", "--strategy", "fsdp"], 2)
+    assert (result["paper"], result["strategy"], result["world_size"], result["steps"]) == ("vit", "fsdp", 2, 1)
+    assert result["samples_per_s"] > 0 and len(result["memory_per_rank"]) == 2
+
+
+def test_the_bench_refuses_detection_papers_and_unknown_rows_in_one_line(capsys):
+    assert bench.main(["--rows", "a", "--papers", "faster_rcnn,vit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: the bench times classification and sequence papers; not faster_rcnn (")
+    assert "faster_rcnn" not in bench.BENCHED and "vit" in bench.BENCHED and len(err.splitlines()) == 1
+    assert bench.main(["--rows", "a,z"]) == 2
+    assert capsys.readouterr().err.strip() == "error: unknown row(s) z; choose from: a, b, c, d, e, f, g, h, batch"
