@@ -186,11 +186,16 @@ def split(n: int) -> tuple[list[int], list[int]]:
 @lru_cache(maxsize=8)
 def _corpus(path: str, mtime_ns: int, size: int) -> Corpus:
     texts, lines = parse(Path(path))
+    return build_corpus(Path(path), texts, lines, *split(len(texts)))
+
+
+def build_corpus(path: Path, texts: list[tuple[str, str]], lines: list[int], train: list[int],
+                 test: list[int]) -> Corpus:
+    """The corpus of pairs already read and split: their words, and the vocabularies of the training split."""
     words = [(tokenize(s), tokenize(t)) for s, t in texts]
-    train, test = split(len(texts))
     src = Vocab.build([words[i][0] for i in train])
     tgt = Vocab.build([words[i][1] for i in train])
-    return Corpus(Path(path), texts, lines, words, train, test, src, tgt)
+    return Corpus(path, texts, lines, words, train, test, src, tgt)
 
 
 def corpus(data_dir: str | None) -> Corpus:
@@ -213,7 +218,8 @@ def encode_source(text: str, data_dir: str | None) -> list[int]:
 
 
 @lru_cache(maxsize=8)
-def _datasets(c: Corpus) -> tuple[Pairs, Pairs]:
+def datasets_of(c: Corpus) -> tuple[Pairs, Pairs]:
+    """The training and test pairs of a corpus (made once per corpus)."""
     def subset(indices: list[int]) -> Pairs:
         return Pairs([c.texts[i] for i in indices], [c.lines[i] for i in indices],
                      [c.src.ids(c.words[i][0]) for i in indices], [c.tgt.ids(c.words[i][1]) for i in indices])
@@ -223,13 +229,17 @@ def _datasets(c: Corpus) -> tuple[Pairs, Pairs]:
 
 def load(data_dir: str | None = None, **_) -> tuple[Pairs, Pairs]:
     """The training and test pairs of the file."""
-    return _datasets(corpus(data_dir))
+    return datasets_of(corpus(data_dir))
 
 
 def facts(data_dir: str | None = None, **_) -> dict:
+    """What a model is built for (see `facts_of`)."""
+    return facts_of(corpus(data_dir))
+
+
+def facts_of(c: Corpus) -> dict:
     """What a model is built for: the sizes of the source and target vocabularies, the padding, start
     and end ids, the target words (itos, for reading outputs) and the source words and their ids
     (src_itos, src_stoi, for encoding typed text)."""
-    c = corpus(data_dir)
     return dict(src_vocab=len(c.src), tgt_vocab=len(c.tgt), pad_id=PAD, bos_id=BOS, eos_id=EOS, itos=list(c.tgt.itos),
                 src_itos=list(c.src.itos), src_stoi=dict(c.src.stoi), level="word")

@@ -206,7 +206,13 @@ def _tokenizer(train: str, test: str, kind: str, vocab_size: int | None) -> Char
 def make_tokenizer(data_dir: str | None = None, tokenizer: str = "char", vocab_size: int | None = None,
                    dataset: str = "pydoc") -> CharVocab | ByteBPE:
     """The data set's tokenizer: its characters, or a BPE trained on its training split."""
-    return _tokenizer(*corpus(data_dir, dataset), tokenizer, vocab_size)
+    return tokenizer_of(corpus(data_dir, dataset), tokenizer, vocab_size)
+
+
+def tokenizer_of(texts: tuple[str, str], tokenizer: str = "char", vocab_size: int | None = None) -> CharVocab | ByteBPE:
+    """The tokenizer of a (training text, test text) corpus: the characters of both, or a BPE trained on
+    the training text (one per corpus and kind: cached)."""
+    return _tokenizer(*texts, tokenizer, vocab_size)
 
 
 def codec(facts: dict) -> CharVocab | ByteBPE:
@@ -243,12 +249,19 @@ class Blocks(Dataset):
 def load(data_dir: str | None = None, block_size: int | None = None, tokenizer: str = "char",
          vocab_size: int | None = None, dataset: str = "pydoc", **_) -> tuple[Blocks, Blocks]:
     """The training and test blocks of a data set's text."""
-    tok, block_size = make_tokenizer(data_dir, tokenizer, vocab_size, dataset), block_size or BLOCK_SIZE
-    blocks = []
-    for split, text in zip(("training", "test"), corpus(data_dir, dataset)):
+    where = "pydoc" if dataset == "pydoc" else data_dir
+    return blocks_of(corpus(data_dir, dataset), make_tokenizer(data_dir, tokenizer, vocab_size, dataset),
+                     block_size, dataset, (where, where))
+
+
+def blocks_of(texts: tuple[str, str], tok: CharVocab | ByteBPE, block_size: int | None, dataset: str,
+              wheres: tuple[str, str]) -> tuple[Blocks, Blocks]:
+    """The training and test blocks of a (training text, test text) corpus; a text shorter than one block
+    is a ConfigError naming the data set and where the text came from (`wheres`, one per split)."""
+    block_size, blocks = block_size or BLOCK_SIZE, []
+    for split, text, where in zip(("training", "test"), texts, wheres):
         ids = torch.tensor(tok.encode(text), dtype=torch.int64)
         if len(ids) < block_size + 1:
-            where = "pydoc" if dataset == "pydoc" else data_dir
             raise ConfigError(f"--dataset {dataset}: the {split} text of {where} is {len(ids):,} tokens, fewer than "
                               f"one block of {block_size} + 1; use a smaller --block-size or more text")
         blocks.append(Blocks(ids, block_size))
