@@ -24,6 +24,7 @@ from common.activations import AC_MODES
 from common.pipeline import SCHEDULES as PP_SCHEDULES
 from common.preemption import parse_time_limit
 from common.batchsize import LR_SCALINGS
+from common.data import HF_PREFIX
 from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
 from common.errors import ConfigError
 from common.mesh import resolve as resolve_layout
@@ -45,10 +46,12 @@ class TrainConfig:
     flavor: str = "tiny"  # with init: the reference's SOURCE:NAME
     init: str | None = None  # start from a reference's pretrained weights: timm:NAME, torchvision:NAME, ...@FILE
     model_kwargs: dict = field(default_factory=dict)  # the flavor's constructor arguments overridden, e.g. activation
-    dataset: str = "digits"
+    dataset: str = "digits"  # a registered name, or hf:NAME_OR_PATH[:CONFIG] (common.data.hf)
     data_dir: str | None = None
+    hf_split: str | None = None  # hf: data sets: TRAIN[,TEST] (None: train,test, or the only split cut 80/20)
+    hf_columns: str | None = None  # hf: data sets: ROLE=COLUMN,... (None: read from the column names)
     train_fraction: float = 1.0  # train on this fixed share of the training split (the same samples every seed)
-    download: bool = False  # torchvision fetches the data set into data_dir (default data/) first
+    download: bool = False  # fetch the data set into data_dir (default data/; hf: the Hugging Face cache) first
     image_size: int | None = None  # resize images to this side (real image data sets)
     pad_multiple: int = 1  # padded batch sizes are rounded up to a multiple of this
     bucketing: str = "none"  # "size": batches of samples of similar size
@@ -265,9 +268,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-kwargs", nargs="+", action=_ModelKwargs, metavar="KEY=VALUE",
                    help="override the flavor's constructor arguments, each value a Python literal or a plain "
                         "string (activation=tanh shortcut=none hidden_size=64)")
-    p.add_argument("--dataset", help="dataset name; the paper's default if left out")
-    p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder)")
-    _switch(p, "--download", help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/) first")
+    p.add_argument("--dataset", help="dataset name, or hf:NAME_OR_PATH[:CONFIG] for a Hugging Face data set (a "
+                   "save_to_disk folder, parquet or arrow files, or a Hub data set in the local cache); the paper's "
+                   "default if left out")
+    p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder, "
+                   "text, pairs, coco); for hf: data sets, the Hugging Face cache (default: datasets' own)")
+    _switch(p, "--download", help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/), or an hf: "
+            "Hub data set into the Hugging Face cache, first")
+    p.add_argument("--hf-split", metavar="TRAIN[,TEST]", help="hf: data sets: the splits to train and test on "
+                   "(default train,test, or the only split cut 80/20); one name: that split cut 80/20 into train and "
+                   "test")
+    p.add_argument("--hf-columns", metavar="ROLE=COLUMN,...", help="hf: data sets: the columns to read, which set the "
+                   "task: image=COL,label=COL (classification), text=COL (language modeling) or source=COL,target=COL "
+                   "(seq2seq); default: from the column names (image or img and label; text; source and target)")
     p.add_argument("--train-fraction", type=fraction_arg, metavar="F",
                    help="train on a fixed share F of the training split (the same samples for every seed; "
                         "a smaller share is part of a larger one); the test split is whole")
@@ -422,8 +435,8 @@ def resolve(flags: dict) -> TrainConfig:
         if not spec.recipe:
             raise ConfigError(f"--recipe paper: {spec.name} has no recipe of its paper yet (PaperSpec.recipe)")
         recipe = spec.recipe
-    if flags.get("download") and "data_dir" not in flags:
-        flags = flags | {"data_dir": "data"}
+    if flags.get("download") and "data_dir" not in flags and not flags.get("dataset", "").startswith(HF_PREFIX):
+        flags = flags | {"data_dir": "data"}  # (a Hub data set goes into the Hugging Face cache)
     if "init" in flags:  # the reference's architecture takes the place of the flavor
         from common.pretrained import architecture_name
 
@@ -457,9 +470,12 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
 
     try:
         spec = get_paper(cfg.paper)
-        data = get_dataset(cfg.dataset)
+        data = get_dataset(cfg.dataset, cfg.hf_columns, cfg.data_dir, online=cfg.download)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if (cfg.hf_split is not None or cfg.hf_columns is not None) and "hf_split" not in data.options:
+        raise ConfigError(f"--hf-split and --hf-columns choose the splits and columns of a Hugging Face data set "
+                          f"(--dataset hf:NAME_OR_PATH); {data.name} is not one")
     if cfg.init is None and cfg.flavor not in spec.flavors:
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
     _check_model_kwargs(spec, cfg)
@@ -547,7 +563,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resizable = ", ".join(name for name, d in DATASETS.items() if d.resizable)
         raise ConfigError(f"--image-size does not apply to {data.name}; it resizes {resizable}")
     if cfg.download:  # the one thing validation writes, when asked: the data set's files
-        line = download(data, cfg.data_dir or "data")
+        line = download(data, cfg.data_dir)
         if os.environ.get("RANK", "0") == "0":
             print(line, flush=True)
     facts = data.facts(**options(cfg))  # ConfigError when the data is missing

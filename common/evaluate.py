@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from common.data import eval_loader, get_dataset, options
+from common.data import dataset_for, eval_loader, options
 from common.data.collate import to_device
 from common.errors import ConfigError
 from common.export import load_run
@@ -69,7 +69,7 @@ def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: st
 
 def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold: float = 0.5) -> dict[str, float]:
     model, cfg = load_run(run_dir)
-    data = get_dataset(cfg.dataset)
+    data = dataset_for(cfg)
     facts = data.facts(**options(cfg))
     task = get_task(data.task, facts)
     _, test_set = data.read(**options(cfg))
@@ -91,7 +91,7 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
                     kept.append((images[k, :, :h, :w], (h, w), t, d))
     results = task.compute(metrics)
     if data.task == "detection":
-        names = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size)["labels"]
+        names = data.preprocess(**options(cfg))["labels"]
         sizes, targets, detections = [k[1] for k in kept], [k[2] for k in kept], [k[3] for k in kept]
         (run_dir / "gt.json").write_text(json.dumps(coco_ground_truth(sizes, targets, names)))
         (run_dir / "detections.json").write_text(json.dumps(coco_results(detections)))

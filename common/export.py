@@ -38,7 +38,7 @@ from torch.export import Dim
 from common.config import TrainConfig, resolve, validate
 from common.errors import ConfigError
 from common.pretrained import build_model
-from common.data import get_dataset, options
+from common.data import dataset_for, options
 from common.tracking import git_commit
 from papers import get_paper
 
@@ -103,7 +103,7 @@ def load_run(run_dir: Path) -> tuple[nn.Module, TrainConfig]:
     if not weights.is_file():
         raise ConfigError(f"{run_dir} has no model.safetensors: only a finished run exports (--resume it to the end)")
     cfg = TrainConfig.from_dict(json.loads(config.read_text()))
-    facts = get_dataset(cfg.dataset).facts(**options(cfg))
+    facts = dataset_for(cfg).facts(**options(cfg))
     model = build_model(get_paper(cfg.paper), cfg.flavor, cfg.init, facts)
     model.load_state_dict(load_file(weights))
     return model.eval(), cfg
@@ -113,7 +113,7 @@ def load_run_of(run_dir: Path, task: str, tool: str) -> tuple[nn.Module, TrainCo
     """`load_run` for a tool that reads one task's runs (`python -m common.<tool>`): the model, its config,
     and its data set's facts; ConfigError when the run trained another task."""
     model, cfg = load_run(run_dir)
-    data = get_dataset(cfg.dataset)
+    data = dataset_for(cfg)
     if data.task != task:
         raise ConfigError(f"{run_dir} trained {cfg.paper} on {cfg.dataset}, a {data.task} data set; "
                           f"{tool} reads {task} runs")
@@ -312,9 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             cfg = resolve({k: v for k, v in flags.items() if v is not None})
             validate(cfg)
             out, run_id = Path(args.out or "model.onnx"), None
-        spec, data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
+        spec, data = get_paper(cfg.paper).for_flavor(cfg.flavor), dataset_for(cfg)
         facts = data.facts(**options(cfg))
-        preprocess = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size) if data.preprocess else None
+        preprocess = data.preprocess(**options(cfg)) if data.preprocess else None
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

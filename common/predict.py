@@ -177,7 +177,7 @@ def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: fl
     first, for each image file, and each image with them drawn on, as OUT_DIR/<image name>.png."""
     import torch
 
-    from common.data import get_dataset
+    from common.data import dataset_for, options
     from common.errors import ConfigError
     from common.export import load_run
 
@@ -185,11 +185,11 @@ def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: fl
         model, cfg = load_run(Path(run_dir))
     except ConfigError as e:
         raise PredictError(str(e)) from None
-    data = get_dataset(cfg.dataset)
+    data = dataset_for(cfg)
     if data.task != "detection":
         raise PredictError(f"{run_dir} is a {data.task} run: --run draws detections; classify with "
                            "python -m common.export --run RUN_DIR, then --onnx")
-    pre = data.preprocess(data_dir=cfg.data_dir, image_size=cfg.image_size)
+    pre = data.preprocess(**options(cfg))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     results = []
     for image in images:

@@ -35,7 +35,7 @@ from common import checkpoint, mesh, parallel, pipeline
 from common.activations import SavedActivations, apply_checkpointing
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
-from common.data import Share, augment, eval_loader, get_dataset, options, train_loader
+from common.data import Share, augment, dataset_for, eval_loader, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import ConfigError, NonFinite
 from common.mesh import Layout
@@ -126,7 +126,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, env: parallel.Env, argv: list[str], resuming: bool):
         self.started = time.perf_counter()  # wall time counts from here, and again after each save
         self.cfg, self.env, self.argv, self.resuming = cfg, env, argv, resuming
-        self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), get_dataset(cfg.dataset)
+        self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), dataset_for(cfg)
         self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
         if env.is_main:
             parallel.warn_fallback(cfg.strategy, self.strategy)

@@ -7,7 +7,8 @@ its kind of input. A batch is (inputs, targets): inputs are a tensor or, for
 data sets whose samples differ in size, a dict of the padded batch and its mask;
 targets are a tensor, or a list with one dict per sample (see common.data.collate).
 Code outside the repository (a test, a user's own data) adds a data set with
-`register`.
+`register`. A Hugging Face data set is named `hf:NAME_OR_PATH[:CONFIG]` and its spec made when
+asked for (see common.data.hf).
 """
 
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from common.data import adding, coco, dates, detect, digits, pairs, shapes, text
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
+
+HF_PREFIX = "hf:"  # a Hugging Face data set: hf:NAME_OR_PATH[:CONFIG] (common.data.hf)
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,10 @@ class DatasetSpec:
         reads_folder: the data is read from the user's --data-dir: any failure to read it is
             an input error (see `read`).
         fetch: data_dir -> None, downloads the data set into data_dir (--download); None where
-            it cannot be downloaded.
+            it cannot be downloaded. (An hf: Hub data set's goes into the Hugging Face cache and
+            returns the line `download` prints.)
         options: the run options it reads besides data_dir and image_size ("block_size",
-            "tokenizer", "vocab_size", "seq_len"); a run may set only those.
+            "tokenizer", "vocab_size", "seq_len", "hf_split", "hf_columns"); a run may set only those.
     """
 
     name: str
@@ -88,7 +92,8 @@ class DatasetSpec:
         except Exception as e:  # torchvision's readers raise many kinds: RuntimeError, OSError, pickle's ...
             why = (str(e).strip().splitlines() or [""])[0].replace("You can use download=True to download it",
                                                                     "--download fetches a fresh copy")
-            raise ConfigError(f"--dataset {self.name}: cannot read {data_dir}: {why} ({type(e).__name__})") from None
+            where = data_dir or self.name.removeprefix(HF_PREFIX)
+            raise ConfigError(f"--dataset {self.name}: cannot read {where}: {why} ({type(e).__name__})") from None
 
     def is_variable(self, image_size: int | None = None) -> bool:
         """Samples differ in size, so batches are padded (--image-size N makes them all N x N)."""
@@ -104,10 +109,12 @@ class DatasetSpec:
 
 
 def options(cfg) -> dict:
-    """What a run's config tells a data set's `facts` and `read`: its folder, image size, for text
-    the block size and tokenizer, for generated sequences their length (None: the data set's default)."""
+    """What a run's config tells a data set's `facts`, `read` and `preprocess`: its folder, image size, for
+    text the block size and tokenizer, for generated sequences their length, for a Hugging Face data set
+    its splits and columns (None: the data set's default)."""
     return dict(data_dir=cfg.data_dir, image_size=cfg.image_size, block_size=cfg.block_size,
-                tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, seq_len=cfg.seq_len)
+                tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, seq_len=cfg.seq_len, hf_split=cfg.hf_split,
+                hf_columns=cfg.hf_columns)
 
 
 class Share(Subset):
@@ -197,15 +204,29 @@ DATASETS = {
 }
 
 
-def get_dataset(name: str) -> DatasetSpec:
+def get_dataset(name: str, hf_columns: str | None = None, data_dir: str | None = None,
+                online: bool = False) -> DatasetSpec:
+    """A registered data set, or the spec of a Hugging Face one (hf:NAME_OR_PATH[:CONFIG]), whose task
+    comes from --hf-columns or else from its column names, read from the data (from the Hub: with
+    online, as --download allows). ValueError for an unknown name; ConfigError for unreadable hf: data."""
+    if name.startswith(HF_PREFIX):
+        from common.data import hf  # imported only for an hf: data set
+
+        return DatasetSpec(**hf.spec_fields(name, hf_columns, data_dir, online))
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset '{name}'; choose from: {', '.join(DATASETS)}")
+        raise ValueError(f"unknown dataset '{name}'; choose from: {', '.join(DATASETS)}, or hf:NAME_OR_PATH")
     return DATASETS[name]
 
 
-def download(spec: DatasetSpec, data_dir: str) -> str:
-    """Fetch a data set into data_dir with torchvision's download (what is there already and passes
-    its md5 check is kept); one process at a time (a file lock), so every rank of a launch may call it.
+def dataset_for(cfg) -> DatasetSpec:
+    """The data set a run's config names (an hf: one read for its --hf-columns, in its --data-dir cache)."""
+    return get_dataset(cfg.dataset, cfg.hf_columns, cfg.data_dir)
+
+
+def download(spec: DatasetSpec, data_dir: str | None = None) -> str:
+    """Fetch a data set into data_dir (default data/) with torchvision's download (what is there already
+    and passes its md5 check is kept); one process at a time (a file lock), so every rank of a launch may
+    call it. A Hub data set (hf:NAME) goes into the Hugging Face cache (data_dir, if given, is the cache).
     Returns a line saying where the files are. A failure (no network) is a ConfigError, and a folder
     that the attempt created is removed again."""
     import contextlib
@@ -216,7 +237,11 @@ def download(spec: DatasetSpec, data_dir: str) -> str:
 
     if spec.fetch is None:
         fetchable = ", ".join(name for name, d in DATASETS.items() if d.fetch)
-        raise ConfigError(f"--download does not apply to {spec.name}; it fetches {fetchable}")
+        raise ConfigError(f"--download does not apply to {spec.name}; it fetches {fetchable} and Hub data sets "
+                          f"(hf:NAME)")
+    if spec.name.startswith(HF_PREFIX):
+        return spec.fetch(data_dir)
+    data_dir = data_dir or "data"
     root, existed = Path(data_dir), Path(data_dir).exists()
     root.mkdir(parents=True, exist_ok=True)
     try:
