@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "save_to_disk folder, parquet or arrow files, or a Hub data set in the local cache); the paper's "
                    "default if left out")
     p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder, "
-                   "text, pairs, coco); for hf: data sets, the Hugging Face cache (default: datasets' own)")
+                   "text, tokens, pairs, coco); for hf: data sets, the Hugging Face cache (default: datasets' own)")
     _switch(p, "--download", help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/), or an hf: "
             "Hub data set into the Hugging Face cache, first")
     p.add_argument("--hf-split", metavar="TRAIN[,TEST]", help="hf: data sets: the splits to train and test on "
@@ -513,6 +513,10 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         raise ConfigError(f"--beam and --length-penalty decode sequences; {data.name} is a {data.task} data set")
     if cfg.block_size is not None and data.inputs != "tokens":
         raise ConfigError(f"--block-size cuts text into samples; {data.name} has {data.inputs} inputs")
+    if (cfg.tokenizer != "char" or cfg.vocab_size is not None) and data.inputs == "tokens" \
+            and "tokenizer" not in data.options:
+        raise ConfigError(f"--tokenizer and --vocab-size do not apply to {data.name}: its tokenizer comes with its "
+                          f"data (--data-dir's meta.json)")
     if cfg.tokenizer != "char" and data.inputs != "tokens":
         raise ConfigError(f"--tokenizer {cfg.tokenizer} splits text into tokens; {data.name} has {data.inputs} inputs")
     if cfg.vocab_size is not None and cfg.tokenizer != "bpe":

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, pairs, shapes, text, vision
+from common.data import adding, coco, dates, detect, digits, pairs, shapes, text, tokens, vision
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
@@ -170,6 +170,12 @@ DATASETS = {
                     partial(text.load, dataset="text"), reads_folder=True, options=("block_size", "tokenizer", "vocab_size"),
                     description="UTF-8 text from --data-dir: a file, or a folder's .txt files joined in order of "
                                 "their paths; the last 10% (from a line break) for test; as pydoc otherwise"),
+        DatasetSpec("tokens", "language-modeling", "tokens", tokens.facts, tokens.load, reads_folder=True,
+                    options=("block_size",),
+                    description=f"token shards from --data-dir, written by python -m common.data.prepare_text "
+                                f"(train.bin, test.bin, and meta.json with the tokenizer), read through numpy.memmap: "
+                                f"corpora beyond memory; blocks of 128 tokens as text's, shuffled in chunks; the test "
+                                f"split at most {tokens.EVAL_BLOCKS:,} blocks spread evenly over test.bin"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
                     preprocess=shapes.preprocessing,
                     description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "

@@ -4,19 +4,70 @@ Both samplers cut every epoch into global batches (the same whatever the number
 of processes), give each rank its share of every global batch, can start an
 epoch part-way (`set_epoch(epoch, start=samples already seen)`), and give every
 rank the same number of batches, so no rank waits for another at an epoch's end.
+
+A data set too large for a permutation in memory (token shards: a 1 GB corpus is
+7.8 million blocks, and DistributedSampler's `randperm(N).tolist()` of them
+hundreds of MB) opts in to `ChunkedOrder` with a `shuffle_chunk` attribute.
 """
 
 import itertools
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
+
+
+class ChunkedOrder:
+    """A random order of n samples made as it is read, in memory O(n / chunk + chunk), not O(n).
+
+    Two levels, both seeded by seed + epoch: the samples are dealt into K = ceil(n / chunk)
+    chunks (chunk j holds samples j, j + K, j + 2K, ...: every chunk spans the whole data set,
+    so the batches cut from one chunk do not all come from one stretch of the text), the
+    chunks are read in a random order, and each chunk's samples in a random order of their own
+    (drawn when the reading reaches it). Starting part-way (`positions`) finds its chunk in the
+    chunks' order and walks none of the positions before it, so a resumed epoch goes on exactly.
+
+    Args:
+        n: samples.
+        seed: the run's seed plus the epoch.
+        chunk: samples per chunk (at most; the chunks' sizes differ by at most one).
+    """
+
+    def __init__(self, n: int, seed: int, chunk: int):
+        self.n, self.seed = n, seed
+        self.K = max(1, -(-n // chunk))
+        self.chunks = np.random.default_rng([seed]).permutation(self.K)  # (K,) the chunks in reading order
+        self.ends = np.cumsum(self.size(self.chunks))  # (K,) where each chunk's positions end
+
+    def size(self, j):
+        """Samples in chunk j (j an int or an array of them)."""
+        return (self.n - j + self.K - 1) // self.K
+
+    def members(self, j: int) -> np.ndarray:
+        """Chunk j's samples in the order they are read."""
+        return j + self.K * np.random.default_rng([self.seed, j]).permutation(self.size(j))
+
+    def positions(self, first: int, stop: int, step: int = 1):
+        """The samples at positions first, first + step, ... below stop, one chunk in memory at a time."""
+        p = first
+        while p < stop:
+            slot = int(np.searchsorted(self.ends, p, side="right"))
+            end = int(self.ends[slot])
+            begin = end - int(self.size(self.chunks[slot]))
+            yield from self.members(int(self.chunks[slot]))[p - begin : min(stop, end) - begin : step].tolist()
+            p += -(-(min(stop, end) - p) // step) * step  # the first position of ours past this chunk
+
+    def __iter__(self):
+        return self.positions(0, self.n)
 
 
 class ResumableSampler(DistributedSampler):
     """A fresh random order each epoch; rank r reads positions r, r + W, r + 2W, ...
 
     So the k-th micro-batches of all ranks together are one contiguous slice of
-    the epoch's permutation (seeded by seed + epoch).
+    the epoch's permutation (seeded by seed + epoch). That permutation is torch's
+    randperm, or, for a data set with a `shuffle_chunk` attribute (samples per chunk),
+    a ChunkedOrder, which is never in memory whole.
     """
 
     def __init__(self, dataset: Dataset, rank: int, world_size: int, seed: int):
@@ -30,6 +81,10 @@ class ResumableSampler(DistributedSampler):
         self.start = start // self.num_replicas
 
     def __iter__(self):
+        chunk = getattr(self.dataset, "shuffle_chunk", None)
+        if chunk:
+            order = ChunkedOrder(len(self.dataset), self.seed + self.epoch, chunk)
+            return order.positions(self.start * self.num_replicas + self.rank, self.total_size, self.num_replicas)
         return itertools.islice(super().__iter__(), self.start, None)
 
     def __len__(self) -> int:
