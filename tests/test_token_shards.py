@@ -228,6 +228,26 @@ def test_an_epoch_of_50_million_blocks_is_read_without_its_permutation_in_memory
     assert read == 1_000_000 // 64 and peak > 30 * 2**20, peak
 
 
+def test_reading_blocks_leaves_no_file_pages_mapped(tmp_path):
+    """Resident file pages (RssFile) stay as they were after 400 random blocks of a 32 MB shard; one
+    memmap kept open would hold every page it touched (here about the whole file)."""
+    import random
+    import re
+    from pathlib import Path
+
+    status = Path("/proc/self/status")
+    if not status.exists() or "RssFile" not in status.read_text():
+        pytest.skip("RssFile is Linux's")
+    mapped = lambda: int(re.search(r"RssFile:\s+(\d+) kB", status.read_text()).group(1)) * 1024  # noqa: E731
+    np.arange(16 * 2**20, dtype=np.uint16).tofile(tmp_path / "train.bin")
+    blocks, pick = tokens.TokenBlocks(tmp_path / "train.bin", "uint16", 128), random.Random(0)
+    before = mapped()
+    for _ in range(400):
+        k = pick.randrange(len(blocks))
+        assert blocks[k][0][0] == (k * 128) % 2**16
+    assert mapped() - before < 2 * 2**20
+
+
 def refused(capsys, argv: list[str]) -> str:
     """train.py's one line for a mistake (exit code 2)."""
     capsys.readouterr()

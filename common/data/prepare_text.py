@@ -43,7 +43,8 @@ from common.errors import ConfigError
 
 CHUNK_BYTES = 4 * 2**20  # read at a time
 BPE_SAMPLE_MB = 10  # --bpe-sample-mb's default
-BPE_PIECE = 2**16  # characters of text (at least) per piece the BPE encodes, many pieces at a time
+BPE_PIECE = 2**16  # characters of text (at least) per piece the BPE encodes
+BPE_BATCH = 8  # pieces it encodes at a time (HF tokenizers' threads share them)
 CUT = re.compile(r"(?<=\S)(?=[ \n]\S)")  # where a text cuts without changing its BPE tokens
 SEPARATOR = "\n\n"  # between files, as text joins them
 
@@ -253,8 +254,13 @@ class BPEEncoder:
         return ids
 
     def ids(self, pieces: list[str]) -> np.ndarray:
-        encodings = self.bpe.tokenizer.encode_batch(pieces) if pieces else []
-        return np.array([i for e in encodings for i in e.ids], self.dtype)
+        """The pieces' ids, encoded BPE_BATCH pieces at a time (an Encoding holds a token's string, offsets
+        and masks too: a few MB of text at once would take hundreds of MB)."""
+        ids = [np.zeros(0, self.dtype)]
+        for i in range(0, len(pieces), BPE_BATCH):
+            encodings = self.bpe.tokenizer.encode_batch(pieces[i : i + BPE_BATCH])
+            ids.append(np.array([t for e in encodings for t in e.ids], self.dtype))
+        return np.concatenate(ids)
 
 
 def bpe_sample(corpus, megabytes: float) -> str:
