@@ -28,6 +28,7 @@ nothing written.
 import argparse
 import codecs
 import json
+import platform
 import re
 import sys
 import time
@@ -200,8 +201,6 @@ class PydocCorpus:
     """pydoc's topics, split as `--dataset pydoc` splits them (text.pydoc_corpus: small, read whole)."""
 
     def __init__(self):
-        import platform
-
         self.train, self.test = text.pydoc_corpus()
         self.total = len(self.train) + len(self.test)
         self.source = dict(input="pydoc", python=platform.python_version())
