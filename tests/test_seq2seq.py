@@ -137,19 +137,19 @@ FEW_STEPS = ["--max-steps", "6", "--batch-size", "32", "--wandb", "disabled", "-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A few steps of the Transformer (tied embeddings) and of RNNsearch (recurrent, attention): in one
-    process, and under torchrun with 2 processes (ddp, fsdp), each ending with an evaluation that decodes."""
+    process, and under torchrun with 2 processes (fsdp), each ending with an evaluation that decodes."""
     def make(out):
         for paper in ("transformer", "bahdanau"):  # the Transformer without dropout, whose masks differ by rank
             flavor = ["--flavor", "tiny-no-dropout"] if paper == "transformer" else []
             flags = ["--paper", paper, *flavor, *FEW_STEPS, "--results-dir", str(out / "results")]
             assert main(flags + ["--out", str(out / f"{paper}-single")]) == 0
-            for strategy in ("ddp", "fsdp") if paper == "transformer" else ("fsdp",):
+            for strategy in ("fsdp",):  # ddp of the Transformer too until commit 5963eb2 (for the suite's time)
                 torchrun(flags + ["--strategy", strategy, "--out", str(out / f"{paper}-{strategy}")], cwd=out)
 
     return made_once(tmp_path_factory, "seq2seq", make)
 
 
-@pytest.mark.parametrize("paper, strategy", [("transformer", "ddp"), ("transformer", "fsdp"), ("bahdanau", "fsdp")])
+@pytest.mark.parametrize("paper, strategy", [("transformer", "fsdp"), ("bahdanau", "fsdp")])
 def test_two_processes_train_what_one_process_trains_and_decode_in_step(runs, paper, strategy):
     two, one = runs / f"{paper}-{strategy}", runs / f"{paper}-single"
     assert max_difference(weights(two), weights(one)) < 1e-5

@@ -30,32 +30,33 @@ def single(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory) -> dict:
-    """The single-process run's flags under torchrun with 2 processes: with ddp, with fsdp, and with
-    fsdp and activation checkpointing (fsdp+ac)."""
+    """The single-process run's flags under torchrun with 2 processes: with ddp, and with fsdp and
+    activation checkpointing (fsdp+ac: it changes no arithmetic; plain fsdp trains in test_checkpoint.py,
+    test_language_modeling.py and test_seq2seq.py, and ran here too until commit 5963eb2)."""
     def make(out):
-        for name in ("ddp", "fsdp", "fsdp+ac"):
+        for name in ("ddp", "fsdp+ac"):
             strategy, _, ac = name.partition("+")
             torchrun(FLAGS + ["--strategy", strategy, "--out", str(out / name)] + (["--ac", "full"] if ac else []),
                      cwd=out)
 
     out = made_once(tmp_path_factory, "strategies-two", make)
-    return {name: out / name for name in ("ddp", "fsdp", "fsdp+ac")}
+    return {name: out / name for name in ("ddp", "fsdp+ac")}
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp", "fsdp+ac"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp+ac"])
 def test_two_processes_train_the_single_process_weights(name, single, two_processes):
     run = two_processes[name]
     assert max_difference(weights(run), weights(single)) < 1e-5
     result = load_json(run / "result.json")
     assert result["strategy"] == name.partition("+")[0] and result["world_size"] == 2
     assert len(result["memory_per_rank"]) == 2
-    if name == "fsdp+ac":  # each block keeps only its input: far fewer bytes than without
-        full = load_json(two_processes["fsdp"] / "result.json")["memory_per_rank"][0]["activations"]
+    if name == "fsdp+ac":  # each block keeps only its input: far fewer bytes than without (ddp's, the same batch)
+        full = load_json(two_processes["ddp"] / "result.json")["memory_per_rank"][0]["activations"]
         assert result["ac"] == "full" and 5 * result["memory_per_rank"][0]["activations"] <= full
 
 
 def test_fsdp_holds_about_half_of_ddps_bytes_per_rank(two_processes):
-    ddp, fsdp = (load_json(two_processes[s] / "result.json")["memory_per_rank"] for s in ("ddp", "fsdp"))
+    ddp, fsdp = (load_json(two_processes[s] / "result.json")["memory_per_rank"] for s in ("ddp", "fsdp+ac"))
     for part in ("params", "grads", "optimizer", "total"):
         assert max(rank[part] for rank in fsdp) <= 0.55 * max(rank[part] for rank in ddp), part
     assert ddp[0]["params"] == 4 * load_json(two_processes["ddp"] / "result.json")["params"]  # fp32: 4 bytes each
