@@ -88,12 +88,7 @@ def input_files(where: str) -> list[Path]:
     root = Path(where)
     if not root.exists():
         raise ConfigError(f"--input {where} does not exist (a UTF-8 file, a folder of .txt files, or pydoc)")
-    if root.is_file():
-        return [root]
-    files = sorted(p for p in root.rglob("*.txt") if p.is_file())
-    if not files:
-        raise ConfigError(f"--input {where} holds no .txt file")
-    return files
+    return text.txt_files(root, f"--input {where}")
 
 
 def code_points(piece: str) -> np.ndarray:

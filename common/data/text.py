@@ -62,11 +62,17 @@ def text_files(data_dir: str | None) -> list[Path]:
     root = Path(data_dir)
     if not root.exists():
         raise ConfigError(f"--dataset text: {root} does not exist")
+    return txt_files(root, f"--dataset text: {root}")
+
+
+def txt_files(root: Path, named: str) -> list[Path]:
+    """root itself if a file, else its *.txt files at any depth in sorted order of their paths; a
+    ConfigError "`named` holds no .txt file" where there are none."""
     if root.is_file():
         return [root]
     files = sorted(p for p in root.rglob("*.txt") if p.is_file())
     if not files:
-        raise ConfigError(f"--dataset text: {root} holds no .txt file")
+        raise ConfigError(f"{named} holds no .txt file")
     return files
 
 
