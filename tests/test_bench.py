@@ -1,5 +1,4 @@
-"""The bench (common/bench.py): its smoke form over every paper it times by default, row f's launches,
-and its refusals. The figures themselves are the README's, from full runs; here only that each row runs."""
+"""The bench (common/bench.py): its smoke form over every paper it times by default, and its refusals. The figures themselves are the README's, from full runs; here only that each row runs."""
 
 from types import SimpleNamespace
 
@@ -48,8 +47,8 @@ def test_every_default_row_runs_for_every_paper_it_times(capsys, monkeypatch):
     """A new paper cannot break the bench unnoticed: `--smoke` (one step, one call, no warm-up) runs rows a
     to g over every paper of the default list. Row f's three launches a paper (8 minutes for all of them)
     are not made: each of its commands goes through train.py's own flag checks at its number of processes,
-    which refuse a paper that cannot train that way; row g's ONNX exports
-    are made for two papers (see exported_or_stood_in)."""
+    which refuse a paper that cannot train that way; row g's ONNX exports are made for two papers (see
+    exported_or_stood_in)."""
     launches = []
 
     def checked(flags: list[str], nproc: int) -> dict:
