@@ -1,4 +1,5 @@
-"""The bench (common/bench.py): its smoke form over every paper it times by default, and its refusals. The figures themselves are the README's, from full runs; here only that each row runs."""
+"""The bench (common/bench.py): its smoke form over every paper it times by default, and its refusals.
+The figures themselves are the README's, from full runs; here only that each row runs."""
 
 from types import SimpleNamespace
 
