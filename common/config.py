@@ -272,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "save_to_disk folder, parquet or arrow files, or a Hub data set in the local cache); the paper's "
                    "default if left out")
     p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder, "
-                   "text, tokens, pairs, coco); for hf: data sets, the Hugging Face cache (default: datasets' own)")
+                   "text, tokens, pairs, coco), or for wds a pattern of shards ('DIR/train-{000000..000009}.tar'); for hf: "
+                   "data sets, the Hugging Face cache (default: datasets' own)")
     _switch(p, "--download", help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/), or an hf: "
             "Hub data set into the Hugging Face cache, first")
     p.add_argument("--hf-split", metavar="TRAIN[,TEST]", help="hf: data sets: the splits to train and test on "
@@ -504,6 +505,9 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)}")
     if not 0 < cfg.train_fraction <= 1:
         raise ConfigError(f"train_fraction must be above 0 and at most 1, got {cfg.train_fraction}")
+    if cfg.train_fraction < 1 and data.streamed:
+        raise ConfigError(f"--train-fraction takes a fixed share of samples by index; {data.name} streams its "
+                          f"training set: write shards of the share instead")
     if cfg.seq_len is not None and "seq_len" not in data.options:
         takes = ", ".join(name for name, d in DATASETS.items() if "seq_len" in d.options)
         raise ConfigError(f"--seq-len sets the length of generated sequences ({takes}); {data.name} has its own")

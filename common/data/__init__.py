@@ -19,7 +19,8 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, pairs, shapes, text, tokens, vision
+from common.data import adding, coco, dates, detect, digits, pairs, shapes, text, tokens, vision, wds
+from common.data.augment import Augmented
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
@@ -61,6 +62,8 @@ class DatasetSpec:
             returns the line `download` prints.)
         options: the run options it reads besides data_dir and image_size ("block_size",
             "tokenizer", "vocab_size", "seq_len", "hf_split", "hf_columns"); a run may set only those.
+        streamed: its training set is streamed (common.data.wds), not read by index: no
+            --train-fraction.
     """
 
     name: str
@@ -76,6 +79,7 @@ class DatasetSpec:
     reads_folder: bool = False
     fetch: Callable[[str], None] | None = None
     options: tuple[str, ...] = ()
+    streamed: bool = False
 
     def read(self, data_dir: str | None = None, image_size: int | None = None, **options) -> tuple[Dataset, Dataset]:
         """The (train, test) datasets (options: block_size, tokenizer, vocab_size, as `options` gives
@@ -176,6 +180,11 @@ DATASETS = {
                                 f"(train.bin, test.bin, and meta.json with the tokenizer), read through numpy.memmap: "
                                 f"corpora beyond memory; blocks of 128 tokens as text's, shuffled in chunks; the test "
                                 f"split at most {tokens.EVAL_BLOCKS:,} blocks spread evenly over test.bin"),
+        DatasetSpec("wds", "classification", "image", wds.facts, wds.load, resizable=True, preprocess=wds.preprocess,
+                    reads_folder=True, streamed=True,
+                    description="WebDataset tar shards of images and class indices from --data-dir "
+                                "'DIR/train-{000000..000009}.tar' (test shards named alike), as python -m "
+                                "common.data.write_shards writes them; streamed, resized to --image-size"),
         DatasetSpec("shapes", "classification", "image", shapes.facts, shapes.load, resizable=True,
                     preprocess=shapes.preprocessing,
                     description=f"{shapes.TRAIN_SIZE:,} train / {shapes.TEST_SIZE:,} test 32x32 colour images of ten "
@@ -274,7 +283,7 @@ def register(spec: DatasetSpec) -> DatasetSpec:
 def train_loader(dataset: Dataset, global_batch: int, micro_batch: int, rank: int, world_size: int, seed: int,
                  num_workers: int = 0, collate: Callable | None = None, bucketing: str = "none") -> DataLoader:
     """This rank's micro-batches, in a new order every epoch: call `loader.epoch_sampler.set_epoch(epoch, start)`.
-    Incomplete global batches are dropped.
+    Incomplete global batches are dropped. Shards (common.data.wds) are streamed by a ShardStream.
 
     Args:
         bucketing: "none" (a random order) or "size" (batches of similar sizes; the
@@ -283,6 +292,13 @@ def train_loader(dataset: Dataset, global_batch: int, micro_batch: int, rank: in
     # a generator of the loader's own: starting an epoch draws nothing from torch's global one, which
     # dropout and augmentation draw from and checkpoints restore, so a resumed run draws as the first did
     generator = torch.Generator().manual_seed(seed)
+    base, augment = (dataset.dataset, dataset.augment) if isinstance(dataset, Augmented) else (dataset, None)
+    if isinstance(base, wds.Shards):  # streamed: the data set itself deals the samples out
+        stream = wds.ShardStream(base, global_batch, micro_batch, rank, world_size, seed, num_workers, augment)
+        loader = DataLoader(stream, batch_size=micro_batch, drop_last=True, num_workers=num_workers,
+                            collate_fn=collate)
+        loader.epoch_sampler = stream
+        return loader
     if bucketing == "size":
         sampler = BucketBatchSampler(dataset.sizes, global_batch, micro_batch, rank, world_size, seed)
         loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate,

@@ -183,10 +183,25 @@ def imagefolder_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Data
         _check_image(path)
     if test is not None:
         return train, test
+    train_idx, test_idx = split_80_20(train.targets)
+    return Subset(train, train_idx), Subset(train, test_idx)
+
+
+def split_80_20(targets: list[int]) -> tuple[list[int], list[int]]:
+    """The fixed test split of a folder without train/ and test/: 20% of the samples, stratified by class
+    where every class has two or more (seed 0). Returns (train indices, test indices)."""
     from sklearn.model_selection import train_test_split
 
-    counts = Counter(train.targets)
-    stratified = min(counts.values()) >= 2 and round(TEST_FRACTION * len(train)) >= len(counts)
-    train_idx, test_idx = train_test_split(list(range(len(train))), test_size=TEST_FRACTION, random_state=SPLIT_SEED,
-                                           stratify=train.targets if stratified else None)
-    return Subset(train, train_idx), Subset(train, test_idx)
+    counts = Counter(targets)
+    stratified = min(counts.values()) >= 2 and round(TEST_FRACTION * len(targets)) >= len(counts)
+    return train_test_split(list(range(len(targets))), test_size=TEST_FRACTION, random_state=SPLIT_SEED,
+                            stratify=targets if stratified else None)
+
+
+def imagefolder_files(data_dir: str | None) -> tuple[list[str], list[tuple[str, int]], list[tuple[str, int]]]:
+    """(class names, train (path, label) pairs, test pairs) of an image folder, split as imagefolder_load
+    splits it (checked as it checks it)."""
+    imagefolder_facts(data_dir, image_size=1)
+    train, test = imagefolder_load(data_dir, image_size=1)
+    samples = lambda d: [d.dataset.samples[i] for i in d.indices] if isinstance(d, Subset) else list(d.samples)
+    return _classes(_folder_roots(data_dir)[0]), samples(train), samples(test)
