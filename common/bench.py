@@ -2,6 +2,7 @@
 
     python -m common.bench [--rows a,b,c,d,e,f,g] [--papers vit,resnet,lstm] [--repeats 5] [--quick | --smoke]
     python -m common.bench --rows batch [--papers resnet,vit] [--target 0.95] [--plot PNG]
+    python -m common.bench --rows i [--papers vit,resnet]
 
 Each row times A and B alternately (A, B, A, B, ...) after a warm-up, and reports
 the median of the per-repeat ratios, so that a noisy machine slows both alike.
@@ -17,6 +18,9 @@ Rows:
        activations, and the step time against ddp's, of each layout of 4 processes (ddp, fsdp, tp x dp,
        fsdp x tp, hsdp, pp x dp by GPipe and by 1F1B), with and without --ac full: GPT-2-124M at 256
        positions and ViT-B/16
+    i  (not in the default rows) samples/s of the trainer's loader with 0, 1 and 2 workers for an image
+       folder, WebDataset shards and a Hugging Face dataset of the same images, against each image
+       paper's training samples/s: which limits a run (common.bench_loader)
     batch  (not in the default rows) training samples/s and wall time to a target test metric at batch
        sizes from 16 to beyond what --batch-size auto picks, the learning rate scaled: common.bench_batch
 Prints a markdown table.
@@ -454,7 +458,16 @@ def row_h(args, device) -> list[dict]:
     return out
 
 
-ROWS = {"a": row_a, "b": row_b, "c": row_c, "d": row_d, "e": row_e, "f": row_f, "g": row_g, "h": row_h}
+def row_i(args, device) -> list[dict]:
+    """The loader's samples/s (imagefolder, wds, hf; 0, 1, 2 workers) against each image paper's training samples/s."""
+    from common import bench_loader
+
+    images = 320 if args.smoke else bench_loader.IMAGES
+    return bench_loader.rows(args.papers, args.repeats, args.steps, args.iters, device, WARM, images)
+
+
+ROWS = {"a": row_a, "b": row_b, "c": row_c, "d": row_d, "e": row_e, "f": row_f, "g": row_g, "h": row_h,
+        "i": row_i}
 
 
 def _quiet(fn, *a):
@@ -481,9 +494,11 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> str | int:
     p = argparse.ArgumentParser(prog="python -m common.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--rows", default=",".join(r for r in ROWS if r != "h"),
-                   help="which rows, e.g. a,b; h (the memory of each layout); or batch (see common.bench_batch)")
-    p.add_argument("--papers", help="which papers (default: all but detection's; for row batch resnet,vit)")
+    p.add_argument("--rows", default=",".join(r for r in ROWS if r not in ("h", "i")),
+                   help="which rows, e.g. a,b; h (the memory of each layout); i (the loader); or batch (see "
+                        "common.bench_batch)")
+    p.add_argument("--papers", help="which papers (default: all but detection's; for row batch resnet,vit; for row "
+                                    "i vit,resnet)")
     p.add_argument("--repeats", type=int, default=5, help="alternated repeats per measurement (median reported)")
     p.add_argument("--steps", type=int, default=60, help="training steps per run in rows a and f")
     p.add_argument("--iters", type=int, default=10, help="calls per timed measurement in rows b to e and g")
@@ -496,7 +511,8 @@ def main(argv: list[str] | None = None) -> str | int:
     p.add_argument("--plot", help="row batch: where to draw its plot (PNG)")
     args = p.parse_args(argv)
     args.rows = args.rows.split(",")
-    args.papers = (args.papers or ("resnet,vit" if args.rows == ["batch"] else ",".join(BENCHED))).split(",")
+    alone = {"batch": "resnet,vit", "i": "vit,resnet"}.get(args.rows[0]) if len(args.rows) == 1 else None
+    args.papers = (args.papers or alone or ",".join(BENCHED)).split(",")
     unknown = [r for r in args.rows if r not in ROWS and r != "batch"]
     if unknown:
         print(f"error: unknown row(s) {', '.join(unknown)}; choose from: {', '.join(ROWS)}, batch", file=sys.stderr)

@@ -82,4 +82,14 @@ def test_the_bench_refuses_detection_papers_and_unknown_rows_in_one_line(capsys)
     assert err.startswith("error: the bench times classification and sequence papers; not faster_rcnn (")
     assert "faster_rcnn" not in bench.BENCHED and "vit" in bench.BENCHED and len(err.splitlines()) == 1
     assert bench.main(["--rows", "a,z"]) == 2
-    assert capsys.readouterr().err.strip() == "error: unknown row(s) z; choose from: a, b, c, d, e, f, g, h, batch"
+    assert capsys.readouterr().err.strip() == "error: unknown row(s) z; choose from: a, b, c, d, e, f, g, h, i, batch"
+
+
+def test_row_i_times_each_loader_and_worker_count_against_each_image_papers_model(capsys):
+    """Row i (smoke: 320 images): the image folder, wds shards and HF dataset each delivered batches with
+    0, 1 and 2 workers, compared with the image papers' models (lstm reads sequences: no column)."""
+    rows = table_rows(bench.main(["--rows", "i", "--smoke", "--papers", "vit,lstm"]))
+    assert [(r[1], r[2]) for r in rows] == [(d, w) for d in ("imagefolder", "wds", "hf") for w in ("0", "1", "2")]
+    for r in rows:
+        loader, model, ratio = (float(c.replace(",", "")) for c in r[3:6])
+        assert len(r) == 6 and loader > 0 and model > 0 and abs(ratio - loader / model) < 0.01 * ratio + 0.01
