@@ -459,11 +459,21 @@ def row_h(args, device) -> list[dict]:
 
 
 def row_i(args, device) -> list[dict]:
-    """The loader's samples/s (imagefolder, wds, hf; 0, 1, 2 workers) against each image paper's training samples/s."""
+    """The loader's samples/s (imagefolder, wds, hf; 0, 1, 2 workers) against each image paper's training
+    samples/s on batches of the same images (its tiny model on random data of their shape)."""
     from common import bench_loader
 
-    images = 320 if args.smoke else bench_loader.IMAGES
-    return bench_loader.rows(args.papers, args.repeats, args.steps, args.iters, device, WARM, images)
+    b, side = bench_loader.BATCH, bench_loader.SIZE
+    models = {}
+    for name in [n for n in args.papers if get_paper(n).inputs == "image"]:
+        torch.manual_seed(0)
+        model = get_paper(name).build_for_data("tiny", dict(num_classes=10, in_chans=3, img_size=side)).to(device)
+        inputs, targets = torch.randn(b, 3, side, side, device=device), torch.randint(0, 10, (b,), device=device)
+        step = train_step_fn(model, inputs, targets, get_task("classification"))
+        if WARM:
+            step()
+        models[name] = statistics.median(b / seconds(step, args.iters, device) for _ in range(args.repeats))
+    return bench_loader.rows(models, args.repeats, args.steps, 320 if args.smoke else bench_loader.IMAGES)
 
 
 ROWS = {"a": row_a, "b": row_b, "c": row_c, "d": row_d, "e": row_e, "f": row_f, "g": row_g, "h": row_h,

@@ -18,8 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from common.data import get_dataset, train_loader
 from common.data.collate import stack
 
@@ -64,28 +62,9 @@ def loader_rate(dataset: str, data_dir: str | None, workers: int, batches: int) 
     return batches * BATCH / (time.perf_counter() - start)
 
 
-def model_rate(paper: str, iters: int, device, warm: bool) -> float:
-    """Training samples/s of the paper's tiny model on batches of SIZE x SIZE colour images."""
-    from common.bench import seconds, train_step_fn
-    from common.tasks import get_task
-    from papers import get_paper
-
-    torch.manual_seed(0)
-    model = get_paper(paper).build_for_data("tiny", dict(num_classes=10, in_chans=3, img_size=SIZE)).to(device)
-    inputs, targets = torch.randn(BATCH, 3, SIZE, SIZE, device=device), torch.randint(0, 10, (BATCH,), device=device)
-    step = train_step_fn(model, inputs, targets, get_task("classification"))
-    if warm:
-        step()
-    return BATCH / seconds(step, iters, device)
-
-
-def rows(papers: list[str], repeats: int, steps: int, iters: int, device, warm: bool = True,
-         images: int = IMAGES) -> list[dict]:
-    """Row i: one row per data set and number of workers, against every image paper's model."""
-    from papers import get_paper
-
-    papers = [p for p in papers if get_paper(p).inputs == "image"]
-    models = {p: statistics.median(model_rate(p, iters, device, warm) for _ in range(repeats)) for p in papers}
+def rows(models: dict[str, float], repeats: int, steps: int, images: int = IMAGES) -> list[dict]:
+    """Row i: one row per data set and number of workers, against each model's training samples/s
+    (`models`: {paper: samples/s}, measured by common.bench)."""
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, (dataset, data_dir) in write_sets(Path(tmp), images).items():
