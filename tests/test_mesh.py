@@ -63,19 +63,20 @@ def test_four_processes_train_the_single_process_weights(name, single, four):
 
 
 def test_checkpoints_move_between_layouts(single, four, tmp_path):
-    """hsdp -> ddp; and tp 2 -> fsdp 2 -> one process: each resume continues the uninterrupted run."""
+    """hsdp -> ddp; and fsdp x tp on 4 processes -> fsdp on 2 -> one process: each resume continues the
+    uninterrupted run. (The second chain began with a fresh --tp 2 run on 2 processes until commit 9e621dd;
+    it starts from the fsdp x tp run now, which shards by tp and fsdp at once, for the suite's time.)"""
     ddp = interrupted_copy(four["hsdp"], 2, tmp_path / "ddp")
     torchrun(["--resume", str(ddp), "--dp-replicate", "2", "--dp-shard", "1"], cwd=tmp_path)
     assert load_json(ddp / "result.json")["strategy"] == "ddp"
     assert max_difference(weights(ddp), weights(single)) < 1e-5
 
-    tp = tmp_path / "tp"
-    torchrun(FLAGS + ["--tp", "2", "--out", str(tp)], cwd=tmp_path)
-    fsdp = interrupted_copy(tp, 1, tmp_path / "fsdp")
+    fsdp = interrupted_copy(four["fsdp+tp"], 1, tmp_path / "fsdp")
     torchrun(["--resume", str(fsdp), "--tp", "1", "--strategy", "fsdp"], cwd=tmp_path)
     assert load_json(fsdp / "result.json")["strategy"] == "fsdp"
+    assert load_json(fsdp / "result.json")["world_size"] == 2
     one = interrupted_copy(fsdp, 3, tmp_path / "one")
-    assert main(["--resume", str(one), "--tp", "1"]) == 0
+    assert main(["--resume", str(one), "--dp-shard", "1", "--tp", "1"]) == 0
     assert load_json(one / "result.json")["world_size"] == 1
-    for run in (tp, fsdp, one):
+    for run in (fsdp, one):
         assert max_difference(weights(run), weights(single)) < 1e-5

@@ -8,7 +8,7 @@ from papers import get_paper, list_papers
 from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun, weights
 from train import main
 
-PAPERS = ("gpt", "transformer")  # and vit: its --tp 2 run equals one process in test_mesh.py (here until 5963eb2)
+PAPERS = ("gpt", "transformer")  # and vit: its plan trains under fsdp x tp in test_mesh.py (--tp 2 here until 5963eb2)
 SEQUENCE_PARALLEL = ("gpt",)  # pre-norm blocks (ViT's too: checked by this test until commit 0ae3cd1)
 # clipping small enough to act on every step; a checkpoint after step 2 for the resume
 FLAGS = ["--max-steps", "4", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
