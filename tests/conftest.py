@@ -92,6 +92,17 @@ def refusal(flags: dict, world_size: int) -> str:
     return str(e.value)
 
 
+def refused(capsys, argv: list[str]) -> str:
+    """train.py's one line for a mistake (exit code 2), run in this process."""
+    from train import main
+
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
 def launch_env() -> dict:
     """This process's environment for a fresh launch: without the wandb service that an
     in-process test run started (wandb exports its address) and without torchrun's variables."""

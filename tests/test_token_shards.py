@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 
 from common.data import get_dataset, prepare_text, text, tokens, train_loader
 from common.data.samplers import ChunkedOrder, ResumableSampler
-from tests.conftest import bitwise_equal, interrupted_copy, load_json, tree_snapshot, weights
+from tests.conftest import bitwise_equal, interrupted_copy, load_json, refused, tree_snapshot, weights
 from train import main as train
 
 ODD = "naïve café: ☃ 雪 — \u0301e\n\ttabs and emoji 🐍"  # characters of 1 to 4 UTF-8 bytes, and a lone accent
@@ -246,15 +246,6 @@ def test_reading_blocks_leaves_no_file_pages_mapped(tmp_path):
         k = pick.randrange(len(blocks))
         assert blocks[k][0][0] == (k * 128) % 2**16
     assert mapped() - before < 2 * 2**20
-
-
-def refused(capsys, argv: list[str]) -> str:
-    """train.py's one line for a mistake (exit code 2)."""
-    capsys.readouterr()
-    assert train(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
 
 
 def test_each_mistake_in_token_shards_is_one_line_exit_2_and_nothing_written(pydoc_shards, tmp_path, capsys):

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from common.data import get_dataset, train_loader, wds, write_shards
-from tests.conftest import bitwise_equal, interrupted_copy, load_json, weights
+from tests.conftest import bitwise_equal, interrupted_copy, load_json, refused, weights
 from train import main as train
 
 GLOBAL, MICRO = 8, 4  # a global batch of 8: two ranks of 4, or one rank of two micro-batches
@@ -139,13 +139,6 @@ def test_a_shard_with_a_pickle_trains_without_unpickling_it_and_resumes_bitwise(
     assert train(["--resume", str(resumed)]) == 0
     assert bitwise_equal(weights(resumed), weights(tmp_path / "run"))
     assert not planted.exists()
-
-
-def refused(capsys, flags) -> str:
-    assert train(flags) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
 
 
 def test_each_broken_shard_set_is_one_line_exit_2_and_nothing_written(shards, tmp_path, capsys):
