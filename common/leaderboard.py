@@ -443,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--versus", metavar="PARAM",
                    help="with --sweep: each value of PARAM at its best setting of the others, against the next, "
                         "with the difference and ratio and their 95%% intervals")
+    p.add_argument("--where", metavar="PARAM=VALUE[,PARAM=VALUE]",
+                   help="with --sweep: only the combinations with these values (a --versus at one setting of "
+                        "the others, e.g. --versus paper --where train-fraction=0.1)")
     p.add_argument("--curve", default="train/loss", help="with --sweep --plot: the curve drawn (default train/loss)")
     p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table")
     p.add_argument("--write", type=Path, help="replace the leaderboard section of this file (a sweep's own section "
@@ -455,16 +458,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _pairs(text: str | None) -> list[tuple[str, str]]:
+    """"a=1,b=x" -> [("a", "1"), ("b", "x")]."""
+    pairs = [part.partition("=") for part in (text or "").split(",") if part]
+    if any(not k or not eq for k, eq, _ in pairs):
+        raise ConfigError(f"--where {text}: write PARAM=VALUE[,PARAM=VALUE]")
+    return [(k.strip(), v.strip()) for k, _, v in pairs]
+
+
+def where(groups: list, text: str | None) -> list:
+    """The combinations whose parameters have the values --where names (compared as text)."""
+    for key, value in _pairs(text):
+        if not all(key in params for params, _, _ in groups):
+            raise ConfigError(f"--where {key}: the sweep's parameters that vary are "
+                              f"{', '.join(groups[0][0]) or 'only the seed'}")
+        values = sorted({str(params[key]) for params, _, _ in groups})
+        groups = [g for g in groups if str(g[0][key]) == value]
+        if not groups:
+            raise ConfigError(f"--where {key}={value}: no combination has it; its values are {', '.join(values)}")
+        groups = [({k: v for k, v in params.items() if k != key}, runs, vals) for params, runs, vals in groups]
+    return groups
+
+
 def sweep_main(args, results: list[dict]) -> str | None:
     """--sweep NAME: its table (and --versus's), or with --plot its figure; returns the text to print or write."""
     if args.format in ("csv", "json"):
         raise ConfigError("--sweep writes a table or markdown")
     measure = Measure(args.metric, args.reach)
-    groups = sweep_groups(results, args.sweep, measure)
+    groups = where(sweep_groups(results, args.sweep, measure), args.where)
     if args.plot:
         plot_sweep(args.plot, args.sweep, groups, measure, args.curve)
         return None
-    fixed = seeds.describe(sweep_runs(results, args.sweep)[1])
+    fixed = seeds.describe(sweep_runs(results, args.sweep)[1] | dict(_pairs(args.where)))
     text = f"Sweep {args.sweep}: {fixed or 'no parameter fixed'}; over seeds.\n\n" + render_sweep(groups, measure, args.format)
     if args.versus:
         text += "\n" + versus(groups, args.versus, measure, args.format)
@@ -476,8 +501,8 @@ def main(argv: list[str] | None = None, api=None) -> int:
     try:
         if args.runs and not args.plot:
             raise ConfigError("--runs goes with --plot FILE")
-        if (args.metric or args.reach or args.versus) and not args.sweep:
-            raise ConfigError("--metric, --reach and --versus score a sweep's runs: add --sweep NAME")
+        if (args.metric or args.reach or args.versus or args.where) and not args.sweep:
+            raise ConfigError("--metric, --reach, --versus and --where score a sweep's runs: add --sweep NAME")
         if args.plot and args.runs:
             plot(args.plot, args.runs, args.results_dir)
             print(f"wrote {args.plot}")

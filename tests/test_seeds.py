@@ -91,6 +91,19 @@ def test_epochs_to_a_target_and_one_value_against_the_other(store, capsys):
     assert f"{d[0]:+.4g} [{d[1]:.4g}, {d[2]:.4g}]" in out and f"{r[0]:.3g} [{r[1]:.4g}, {r[2]:.4g}]" in out
 
 
+def test_where_keeps_the_combinations_with_the_values_it_names(store, capsys):
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "s", "--where", "lr=0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "Sweep s: paper=lenet, lr=0.01; over seeds." in out and "0.001" not in out
+    for args, words in ((["--where", "momentum=0.9"], "parameters that vary are lr"),
+                        (["--where", "lr=0.5"], "no combination has it; its values are 0.001, 0.01"),
+                        (["--where", "lr"], "write PARAM=VALUE")):
+        assert leaderboard.main(["--results-dir", str(store), "--sweep", "s", *args]) == 2
+        assert words in capsys.readouterr().err
+    assert leaderboard.main(["--results-dir", str(store), "--where", "lr=0.01"]) == 2
+    assert "add --sweep" in capsys.readouterr().err
+
+
 def test_welch_and_t_intervals_equal_scipys():
     a, b = [1.0, 2.0, 4.0, 3.5], [0.5, 0.9, 1.1]
     d, lo, hi = seeds.welch(a, b)
@@ -119,7 +132,7 @@ def test_a_sweep_draws_and_writes_its_own_section(store, tmp_path):
 def test_bad_sweep_queries_are_one_line(store, capsys):
     for args, words in ((["--sweep", "t"], "sweeps there: s"), (["--reach", "x<0.2", "--sweep", "s"], "CURVE<=VALUE"),
                         (["--sweep", "s", "--versus", "momentum"], "parameters are lr"),
-                        (["--reach", "train/error<=0.2"], "add --sweep")):
+                        (["--reach", "train/error<=0.2"], "add --sweep"), (["--where", "lr=1"], "add --sweep")):
         assert leaderboard.main(["--results-dir", str(store), *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
