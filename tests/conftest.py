@@ -46,21 +46,6 @@ def _fresh_working_folder(monkeypatch, tmp_path_factory):
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
-# The test files that take longest (seconds of a suite run at commit 22062c3, most of it torchrun launches),
-# longest first. Each file runs whole on one of the two test processes (--dist loadfile); handing out the
-# long ones first (pytest.ini: --no-loadscope-reorder) keeps one process from starting a long file as the
-# other runs out of work. A file missing here only runs after these; a stale order costs time, not results.
-LONGEST_FIRST = ("test_export", "test_pipeline", "test_sweep", "test_papers", "test_tensor_parallel", "test_mesh",
-                 "test_checkpoint", "test_bench", "test_train", "test_strategies", "test_preemption", "test_seq2seq",
-                 "test_language_modeling", "test_adding_a_paper", "test_variable", "test_pretrained", "test_nonfinite",
-                 "test_leaderboard", "test_token_shards", "test_seeds", "test_new_task_kind", "test_detection")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each file keeps its order
-
-
 def _results_store() -> dict:
     return {p.name: p.read_bytes() for p in sorted((ROOT / "results").glob("*"))}
 
