@@ -196,7 +196,7 @@ def read_shard(path: Path):
 
 
 def shuffled(items, size: int, rng: np.random.Generator):
-    """webdataset's shuffle buffer: hold `size` items, give out a random one as each new one comes in."""
+    """A shuffle buffer, as webdataset's: hold `size` items, give out a random one as each new one comes in."""
     buffer = []
     for item in items:
         if len(buffer) < size:
