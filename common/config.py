@@ -479,7 +479,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
                           f"(--dataset hf:NAME_OR_PATH); {data.name} is not one")
     if cfg.init is None and cfg.flavor not in spec.flavors:
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
-    _check_model_kwargs(spec, cfg)
+    check_model_kwargs(spec, cfg)
     spec = spec.for_flavor(cfg.flavor)
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
@@ -679,7 +679,7 @@ def _check_pipeline(spec, cfg: TrainConfig, data, variable: bool, model) -> None
         raise ConfigError("--pp with fp16: the scaler's skipped steps are not agreed between stages; use bf16")
 
 
-def _check_model_kwargs(spec, cfg: TrainConfig) -> None:
+def check_model_kwargs(spec, cfg: TrainConfig) -> None:
     """--model-kwargs names arguments of the flavor's model class, not ones the data set sets."""
     if not cfg.model_kwargs:
         return

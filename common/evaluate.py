@@ -1,14 +1,19 @@
 """Evaluate a finished run's final weights on its test split, for any task.
 
-    python -m common.evaluate --run RUN_DIR [--batch-size N] [--draw N]
+    python -m common.evaluate --run RUN_DIR [--batch-size N] [--draw N] [--model-kwargs K=V ...] [--areas S L]
 
 Prints the task's metrics (what the trainer logged at the last epoch, recomputed
-from model.safetensors). For detection it also writes, into the run directory,
+from model.safetensors). `--model-kwargs` changes the model's arguments for this
+evaluation only, where the trained weights still fit: a detector's proposals at
+test time (`"rpn_post_nms_top_n=(150, 10)"`), say. For detection it also writes, into the run directory,
 the test split's ground truth and the model's detections in COCO's JSON format
 (`gt.json`, `detections.json`: boxes as [x, y, width, height], category ids
 1..K), so that any COCO tool (pycocotools, faster_coco_eval) scores them, and
 with `--draw N` the first N test images with their true boxes (left) and the
-detections scoring at least `--threshold` (right) as PNG files in `RUN_DIR/eval/`.
+detections scoring at least `--threshold` (right) as PNG files in `RUN_DIR/eval/`;
+`--areas S L` scores small, medium and large objects with the thresholds S and L
+(box areas in pixels) instead of COCO's 32 x 32 and 96 x 96, which fit COCO's
+640 x 480 photographs rather than small canvases.
 """
 
 import argparse
@@ -18,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from common.config import parse_model_kwargs
 from common.data import dataset_for, eval_loader, options
 from common.data.collate import to_device
 from common.errors import ConfigError
@@ -53,6 +59,30 @@ def coco_results(detections: list[dict]) -> list[dict]:
             for box, score, label in zip(d["boxes"], d["scores"], d["labels"])]
 
 
+def ap_by_area(gt: dict, results: list[dict], small: float, large: float) -> dict[str, float]:
+    """COCO's AP and AR of `results` against `gt` (the two files' contents) with objects under `small`
+    pixels of area called small and over `large` called large (COCO: 32 ** 2 and 96 ** 2), by
+    faster_coco_eval's COCOeval: map, map_50, map_75, map_small, map_medium, map_large, mar_100 and
+    mar_small, mar_medium, mar_large; -1 where no object of a size exists (COCO's convention)."""
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    if not 0 < small < large:
+        raise ValueError(f"areas must be 0 < small < large, got {small} and {large}")
+    truth = COCO()
+    truth.dataset = gt
+    truth.createIndex()
+    found = truth.loadRes(results) if results else COCO()
+    evaluation = COCOeval_faster(truth, found, iouType="bbox", print_function=lambda *a: None,
+                                 ranges={"small": [0, small], "medium": [small, large], "large": [large, 1e10]})
+    evaluation.evaluate()
+    evaluation.accumulate()
+    evaluation.summarize()
+    s = evaluation.stats  # AP, AP50, AP75, AP s/m/l, AR@1, AR@10, AR@100, AR s/m/l
+    names = ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_1", "mar_10", "mar_100",
+             "mar_small", "mar_medium", "mar_large")
+    return {name: float(v) for name, v in zip(names, s)}
+
+
 def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: str = "lime", zoom: int = 1
          ) -> torch.Tensor:
     """An image (3, H, W) in [0, 1] with its boxes and their labels drawn on, as uint8, enlarged zoom
@@ -67,8 +97,11 @@ def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: st
     return draw_bounding_boxes(picture, boxes, labels=labels, colors=colour, width=1)
 
 
-def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold: float = 0.5) -> dict[str, float]:
-    model, cfg = load_run(run_dir)
+def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold: float = 0.5,
+                 model_kwargs: dict | None = None, areas: tuple[float, float] | None = None) -> dict[str, float]:
+    model, cfg = load_run(run_dir, model_kwargs)
+    if areas and dataset_for(cfg).task != "detection":
+        raise ConfigError(f"--areas scores detections by object size; {run_dir} trained {cfg.paper} on {cfg.dataset}")
     data = dataset_for(cfg)
     facts = data.facts(**options(cfg))
     task = get_task(data.task, facts)
@@ -93,8 +126,11 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
     if data.task == "detection":
         names = data.preprocess(**options(cfg))["labels"]
         sizes, targets, detections = [k[1] for k in kept], [k[2] for k in kept], [k[3] for k in kept]
-        (run_dir / "gt.json").write_text(json.dumps(coco_ground_truth(sizes, targets, names)))
-        (run_dir / "detections.json").write_text(json.dumps(coco_results(detections)))
+        gt, found = coco_ground_truth(sizes, targets, names), coco_results(detections)
+        (run_dir / "gt.json").write_text(json.dumps(gt))
+        (run_dir / "detections.json").write_text(json.dumps(found))
+        if areas:
+            results.update(ap_by_area(gt, found, *areas))
         if draw_n:
             from torchvision.io import write_png
 
@@ -115,10 +151,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--draw", type=int, default=0, help="detection: draw the first N test images with their boxes")
     p.add_argument("--threshold", type=float, default=0.5, help="with --draw: the lowest score drawn")
+    p.add_argument("--model-kwargs", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="the model's arguments changed for this evaluation (the weights must still fit), "
+                        "e.g. \"rpn_post_nms_top_n=(150, 10)\"")
+    p.add_argument("--areas", nargs=2, type=float, metavar=("SMALL", "LARGE"),
+                   help="detection: objects under SMALL pixels of area are small, over LARGE large "
+                        "(COCO: 1024 and 9216)")
     args = p.parse_args(argv)
     try:
-        results = evaluate_run(args.run, args.batch_size, args.draw, args.threshold)
-    except ConfigError as e:
+        kwargs = parse_model_kwargs(args.model_kwargs)
+    except ValueError as e:
+        p.error(str(e))
+    try:
+        results = evaluate_run(args.run, args.batch_size, args.draw, args.threshold, kwargs, args.areas)
+    except (ConfigError, ValueError) as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return 2
     for name, value in results.items():

@@ -24,6 +24,7 @@ writes N test images as PNG files to try it on.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -35,7 +36,7 @@ import torch
 import torch.nn as nn
 from torch.export import Dim
 
-from common.config import TrainConfig, resolve, validate
+from common.config import TrainConfig, check_model_kwargs, describe_kwargs, resolve, validate
 from common.errors import ConfigError
 from common.pretrained import build_model
 from common.data import dataset_for, options
@@ -93,8 +94,10 @@ def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
     return model
 
 
-def load_run(run_dir: Path) -> tuple[nn.Module, TrainConfig]:
-    """A finished run's model with its final weights (model.safetensors), and its config."""
+def load_run(run_dir: Path, model_kwargs: dict | None = None) -> tuple[nn.Module, TrainConfig]:
+    """A finished run's model with its final weights (model.safetensors), and its config: built with the
+    run's --model-kwargs, and `model_kwargs` over them (arguments that change how the trained weights
+    compute, not their shapes: a detector's proposals at test time, say; the config returned has them)."""
     from safetensors.torch import load_file
 
     config, weights = run_dir / "config.json", run_dir / "model.safetensors"
@@ -103,9 +106,19 @@ def load_run(run_dir: Path) -> tuple[nn.Module, TrainConfig]:
     if not weights.is_file():
         raise ConfigError(f"{run_dir} has no model.safetensors: only a finished run exports (--resume it to the end)")
     cfg = TrainConfig.from_dict(json.loads(config.read_text()))
+    spec = get_paper(cfg.paper)
+    if model_kwargs:
+        cfg = dataclasses.replace(cfg, model_kwargs={**cfg.model_kwargs, **model_kwargs})
+        check_model_kwargs(spec, cfg)
     facts = dataset_for(cfg).facts(**options(cfg))
-    model = build_model(get_paper(cfg.paper), cfg.flavor, cfg.init, facts)
-    model.load_state_dict(load_file(weights))
+    try:
+        model = build_model(spec, cfg.flavor, cfg.init, facts, cfg.model_kwargs)
+        model.load_state_dict(load_file(weights))
+    except (ValueError, TypeError, RuntimeError) as e:
+        if not model_kwargs:
+            raise
+        raise ConfigError(f"{run_dir} with --model-kwargs {describe_kwargs(model_kwargs)}: "
+                          f"{' '.join(str(e).split())[:300]}") from None
     return model.eval(), cfg
 
 

@@ -4,6 +4,7 @@ detection task's COCO mAP (cross-checked against pycocotools) and common.evaluat
 import contextlib
 import io
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from PIL import Image
 from common.data import detect, digits, get_dataset
 from common.data.coco import load as load_coco
 from common.errors import ConfigError
-from common.evaluate import coco_ground_truth, coco_results
+from common.evaluate import ap_by_area, coco_ground_truth, coco_results
 from common.tasks import get_task
 
 
@@ -166,6 +167,49 @@ def test_evaluate_rescores_a_run_writes_coco_files_and_predict_draws_its_boxes(t
                          "--threshold", "0"]) == 0
     assert (tmp_path / "drawn" / "im1.png").is_file() and "im1.png: " in capsys.readouterr().out
     assert predict.main(["--run", str(tmp_path), str(folder / "im1.png")]) == 2  # not a run directory
+    # one proposal per image at test time: at most one box per class (dog, cat) per image
+    assert evaluate.main(["--run", str(run), "--model-kwargs", "rpn_post_nms_top_n=(150, 1)", "--areas", "50",
+                          "200"]) == 0
+    assert "map_small:" in capsys.readouterr().out
+    per_image = Counter(d["image_id"] for d in json.loads((run / "detections.json").read_text()))
+    assert max(per_image.values(), default=0) <= 2
+    assert evaluate.main(["--run", str(run), "--areas", "50", "200", "--model-kwargs", "roi_size=3"]) == 2
+    assert "roi_size=3" in capsys.readouterr().err  # weights of another shape: refused in one line
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ap_by_area_is_coco_at_cocos_areas_and_follows_the_thresholds(seed):
+    """At 32 ** 2 and 96 ** 2, AP and AR by size equal torchmetrics' (faster_coco_eval's defaults); boxes
+    scaled by 3 with thresholds scaled by 9 score the same (IoU and the split are scale-free); other
+    thresholds split the objects otherwise."""
+    g = torch.Generator().manual_seed(seed)
+    targets, detections = [], []
+    for _ in range(12):  # squares of 10 to 150 pixels a side (areas 100 to 22,500: every size occurs), found
+        side = 10 + 140 * torch.rand(4, 1, generator=g)  # with a jitter of a tenth of their side, and 2 strays
+        xy = torch.rand(4, 2, generator=g) * 250
+        boxes = torch.cat([xy, xy + side], dim=1)
+        labels = torch.randint(0, 3, (4,), generator=g)
+        strays = torch.cat([xy[:2] + 40, xy[:2] + 40 + side[:2]], dim=1)
+        found = torch.cat([boxes + torch.randn(4, 4, generator=g) * side / 10, strays])
+        targets.append({"boxes": boxes, "labels": labels})
+        detections.append({"boxes": found, "scores": torch.rand(6, generator=g), "labels": torch.cat([labels, labels[:2]])})
+    task = get_task("detection", {"num_classes": 3})
+    metrics = task.build_metrics(torch.device("cpu"))
+    task.update(metrics, detections, targets)
+    ours = task.compute(metrics)
+    gt = coco_ground_truth([(400, 400)] * len(targets), targets, ["a", "b", "c"])
+    at_coco = ap_by_area(gt, coco_results(detections), 32 ** 2, 96 ** 2)
+    sizes = ("map_small", "map_medium", "map_large")
+    assert all(ours[k] > 0 for k in sizes)
+    assert {k: at_coco[k] for k in ours} == pytest.approx(ours, abs=2e-3)  # float32 boxes there, float64 here
+    for d in (*targets, *detections):
+        d["boxes"] = d["boxes"] * 3
+    gt = coco_ground_truth([(1200, 1200)] * len(targets), targets, ["a", "b", "c"])
+    assert ap_by_area(gt, coco_results(detections), 9 * 32 ** 2, 9 * 96 ** 2) == pytest.approx(at_coco, abs=1e-6)
+    other = ap_by_area(gt, coco_results(detections), 9 * 300, 9 * 3000)
+    assert other["map"] == pytest.approx(at_coco["map"]) and [other[k] for k in sizes] != [at_coco[k] for k in sizes]
+    with pytest.raises(ValueError, match="small < large"):
+        ap_by_area(gt, [], 100, 50)
 
 
 def write_coco_of_many_sizes(folder, n_images=30):

@@ -58,3 +58,18 @@ def test_a_resume_given_other_ones_is_refused(run, tmp_path, capsys):
     assert len(err) == 1 and "--model-kwargs cannot change" in err[0] and "{'f6': 32}" in err[0]
     assert main(["--resume", str(copy), "--model-kwargs", "f6=32", "--wandb", "disabled"]) == 0  # the same: resumes
     assert bitwise_equal(weights(copy), weights(run))
+
+
+def test_evaluate_builds_the_run_with_them_and_takes_others_that_fit_the_weights(run, capsys):
+    """common.evaluate (and export, predict: the same load_run) rebuilds the run's F6 of 32 units; other
+    arguments fit only where the trained weights still do."""
+    from common import evaluate
+
+    final = load_json(run / "result.json")["final"]
+    capsys.readouterr()
+    assert evaluate.main(["--run", str(run)]) == 0
+    assert f"accuracy: {final:.4f}" in capsys.readouterr().out
+    for kwargs, words in (("f6=84", "f6=84"), ("widht=3", "no argument 'widht'")):
+        assert evaluate.main(["--run", str(run), "--model-kwargs", kwargs]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err

@@ -196,3 +196,65 @@ def test_recipe_is_section_3_1():
     steps = dict(parse(cfg.augment))
     assert steps["scale"] == pytest.approx((256 / 224, 512 / 224), abs=1e-4) and "flip" in steps
     assert steps["lighting"] == (0.1,)
+
+
+def table1_convs(blocks: tuple[tuple[str, ...], ...]) -> list[tuple[int, int]]:
+    """(K, C) of every convK-C of a configuration, in order, read from Table 1's names."""
+    return [tuple(map(int, name[4:].split("-"))) for block in blocks for name in block if name != "LRN"]
+
+
+@pytest.mark.parametrize("flavor", ["VGG-19", "VGG-11-LRN"])
+def test_width_multiplies_every_convolutions_filters(flavor):
+    """Ours, to train the paper's configurations on a CPU: width 0.25 gives every convolution a quarter
+    of Table 1's filters (16 to 128), each reading the one before; LRN stays where it was, the head keeps
+    fc_width. Width 0.1 rounds to the nearest (6.4 -> 6, 12.8 -> 13, 25.6 -> 26, 51.2 -> 51, not
+    floored), and a tiny width leaves one filter."""
+    blocks = FLAVORS[flavor]["blocks"]
+    for width, filters in ((0.25, {64: 16, 128: 32, 256: 64, 512: 128}), (0.1, {64: 6, 128: 13, 256: 26, 512: 51}),
+                           (1e-3, {64: 1, 128: 1, 256: 1, 512: 1})):
+        model = PAPER.build(flavor, width=width, fc_width=32, num_classes=10, img_size=32)
+        convs = [m for m in model.blocks.modules() if isinstance(m, nn.Conv2d)]
+        assert [(m.kernel_size[0], m.out_channels) for m in convs] == [(k, filters[C]) for k, C in table1_convs(blocks)]
+        assert [m.in_channels for m in convs] == [3] + [m.out_channels for m in convs[:-1]]
+        assert [b.out_chans for b in model.blocks] == [filters[C] for C in (64, 128, 256, 512, 512)]
+        lrn = [(i, j) for i, block in enumerate(model.blocks) for j, m in enumerate(block) if "ResponseNorm" in type(m).__name__]
+        assert lrn == ([(0, 2)] if flavor == "VGG-11-LRN" else [])
+        assert (model.fc6.in_features, model.fc6.out_features, model.fc7.out_features) == (filters[512], 32, 32)
+        assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)  # five poolings: 32 -> 1, a 1x1 map
+
+
+def test_width_parameter_count_by_hand():
+    """VGG-11 (A) at width 0.25, FC-128, 10 classes, 32x32 (a 1x1 map after five poolings): each convK-C
+    has K*K*C_in*C weights and C biases, C a quarter of Table 1's, then 128 -> 128 -> 128 -> 10."""
+    convs, c_in, total = table1_convs(FLAVORS["VGG-11"]["blocks"]), 3, 0
+    assert len(convs) == 8
+    for k, C in convs:
+        total += k * k * c_in * (C // 4) + C // 4
+        c_in = C // 4
+    grid = 32 // 2 ** 5
+    for fan_in, fan_out in ((c_in * grid * grid, 128), (128, 128), (128, 10)):
+        total += fan_in * fan_out + fan_out
+    assert count(PAPER.build("VGG-11", width=0.25, fc_width=128, num_classes=10, img_size=32)) == total
+    assert count(PAPER.build("VGG-11-LRN", width=0.25, fc_width=128, num_classes=10, img_size=32)) == total
+
+
+@pytest.mark.parametrize("flavor", ["VGG-11-LRN", "VGG-16-C", "VGG-13-BN"])
+def test_width_one_is_the_paper(flavor):
+    """width=1.0 builds and computes bit for bit what the flavor does without it (same seed, same draws)."""
+    models = []
+    for kwargs in ({}, dict(width=1.0)):
+        torch.manual_seed(0)
+        models.append(PAPER.build(flavor, **kwargs, fc_width=64, num_classes=10, img_size=32).eval())
+    default, one = models
+    assert [(k, v.shape) for k, v in default.state_dict().items()] == [(k, v.shape) for k, v in one.state_dict().items()]
+    assert all(torch.equal(a, b) for a, b in zip(default.state_dict().values(), one.state_dict().values()))
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(default(x), one(x))
+    assert [b.out_chans for b in one.blocks] == [64, 128, 256, 512, 512]
+
+
+@pytest.mark.parametrize("width", [0, -0.25, float("nan")])
+def test_width_must_be_positive(width):
+    with pytest.raises(ValueError, match="width .* must be positive"):
+        PAPER.build("VGG-11", width=width, fc_width=32, num_classes=10, img_size=32)
