@@ -215,3 +215,125 @@ def test_the_classifier_flavor_trains_on_digits_rows_beside_the_lstm(tmp_path):
                  "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path / "results")]) == 0
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert (result["task"], result["dataset"], result["steps"]) == ("classification", "digits-rows", 3)
+
+
+# ------------------------------------------------------------------ the ungated tanh unit (Section 2.3)
+
+def reference_tanh_loop(layer, x, lengths, h_0, suffix="_l0", reverse=False):
+    """h = tanh(W x + U h + b) one sequence and one step at a time, each sequence read over its own
+    length only (backwards from its own last step when reverse); zeros past its end."""
+    W, U = getattr(layer, f"weight_ih{suffix}"), getattr(layer, f"weight_hh{suffix}")
+    b = getattr(layer, f"bias_ih{suffix}") + getattr(layer, f"bias_hh{suffix}")
+    out, h_n = torch.zeros(x.shape[0], x.shape[1], U.shape[0]), []
+    for i, L in enumerate(lengths.tolist()):
+        h = h_0[i]
+        for t in (reversed(range(L)) if reverse else range(L)):
+            h = torch.tanh(W @ x[i, t] + U @ h + b)
+            out[i, t] = h
+        h_n.append(h)
+    return out, torch.stack(h_n)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_tanh_cell_equals_a_reference_loop(bidirectional):
+    torch.manual_seed(0)
+    gru = GRU(INPUT, HIDDEN, bidirectional=bidirectional, cell="tanh")
+    with torch.no_grad():  # larger than the default init, so that mistakes show
+        for p in gru.parameters():
+            p.normal_(0, 0.5)
+    layer = gru.layers[0]
+    assert layer.weight_ih_l0.shape == (HIDDEN, INPUT) and layer.weight_hh_l0.shape == (HIDDEN, HIDDEN)  # no gates
+    D = 2 if bidirectional else 1
+    x, h_0 = torch.randn(B, T, INPUT), torch.randn(D, B, HIDDEN)
+    noisy = x.clone()  # other values past each sequence's end
+    noisy[torch.arange(T)[None, :] >= LENGTHS[:, None]] = 100.0
+    with torch.no_grad():
+        for lengths in (torch.full((B,), T), LENGTHS):
+            expected = [reference_tanh_loop(layer, x, lengths, h_0[d], s, reverse=d == 1)
+                        for d, s in enumerate(layer.suffixes)]
+            expected = torch.cat([o for o, _ in expected], dim=-1), torch.stack([h for _, h in expected])
+            assert_close(gru(x, lengths, h_0), expected)
+        assert_close(gru(noisy, LENGTHS, h_0), gru(x, LENGTHS, h_0))  # padded steps keep the state
+        assert_close(gru(x, h_0=h_0), gru(x, torch.full((B,), T), h_0))  # no lengths: all full length
+        out, h_n = gru(x, LENGTHS)  # zeros as h_0
+    assert (h_n[0] - out[:, -1, :HIDDEN]).abs().max() > 1e-3  # the state is not simply the last column
+
+
+def test_tanh_encoder_decoder_has_a_third_of_the_recurrent_weights():
+    """The tanh unit keeps only the candidate's block of each recurrent layer: H rows of weight_ih,
+    weight_hh, bias_ih and bias_hh where the GRU stacks three (r, z, n). With input I, a layer loses
+    2H(I + H + 2): for the encoder I = E, for the decoder I = E + H (it reads [e(y_{t-1}); c])."""
+    E, H, M, R, V_src, V_tgt = 6, 8, 5, 3, 12, 11
+    kwargs = dict(src_vocab=V_src, tgt_vocab=V_tgt, embed_dim=E, hidden_size=H, maxout_units=M, output_rank=R)
+    count = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731
+    gru, tanh = EncoderDecoder(**kwargs), EncoderDecoder(**kwargs, cell="tanh")
+    rest = (V_src + V_tgt) * E + 2 * (H * H + H) + (H + 1) * 2 * M + (E + H) * 2 * M + M * R + R * V_tgt + V_tgt
+    assert count(tanh) == rest + (H * E + H * H + 2 * H) + (H * (E + H) + H * H + 2 * H)
+    assert count(gru) == rest + 3 * (H * E + H * H + 2 * H) + 3 * (H * (E + H) + H * H + 2 * H)
+    assert count(gru) - count(tanh) == 2 * H * (E + H + 2) + 2 * H * (E + H + H + 2)
+    # tiny on the dates (E = 64, H = 128): 285,380 against 153,284, 132,096 fewer = 2*128*(66 + 130 + 128)
+    from common.data import dates
+
+    tiny = {cell: count(PAPER.build_for_data("tiny", dates.facts(), {"cell": cell})) for cell in ("gru", "tanh")}
+    assert tiny == {"gru": 285_380, "tanh": 153_284}
+
+
+def test_tanh_encoder_decoder_decodes_as_it_trains_and_ignores_padding():
+    torch.manual_seed(0)
+    model = EncoderDecoder(src_vocab=12, tgt_vocab=11, embed_dim=6, hidden_size=8, maxout_units=5, output_rank=3,
+                           cell="tanh")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+        model.eval()
+        logits = model(SRC, SRC_LENGTHS, TGT)
+        memory, state, steps = model.encode(SRC, SRC_LENGTHS), None, []
+        for t in range(TGT.shape[1]):
+            step_logits, state = model.decode_step(memory, TGT[:, t], state)
+            steps.append(step_logits)
+        assert (torch.stack(steps, dim=1) - logits).abs().max() < 1e-5
+        noisy = SRC.masked_fill(torch.arange(7)[None] >= SRC_LENGTHS[:, None], 11)
+        assert (model.encode(noisy, SRC_LENGTHS)["c"] - memory["c"]).abs().max() == 0
+        for b, (S, T_b) in enumerate(zip(SRC_LENGTHS.tolist(), TGT_LENGTHS)):
+            alone = model(SRC[b:b + 1, :S], SRC_LENGTHS[b:b + 1], TGT[b:b + 1, :T_b])
+            assert (alone[0] - logits[b, :T_b]).abs().max() < 1e-5
+    assert type(model.encoder.layers[0]).__name__ == type(model.decoder.layers[0]).__name__ == "RNNLayer"
+    assert model.decoder.layers[0].weight_ih_l0.shape == (8, 6 + 8)  # [W', C]: c at every step, no gates
+
+
+def test_tanh_unit_starts_as_the_grus_candidate():
+    """The paper's initialisation, applied to the tanh unit as to the GRU's candidate: U orthogonal,
+    W (and C) from N(0, 0.01^2)."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(src_vocab=50, tgt_vocab=40, embed_dim=16, hidden_size=32, maxout_units=8, cell="tanh")
+    for gru in (model.encoder, model.decoder):
+        U = gru.layers[0].weight_hh_l0.detach()
+        assert U.shape == (32, 32) and (U @ U.T - torch.eye(32)).abs().max() < 1e-4
+        assert abs(gru.layers[0].weight_ih_l0.std().item() - 0.01) < 2e-3
+
+
+def test_an_unknown_cell_names_the_choices():
+    for build in (lambda: EncoderDecoder(12, 11, cell="lstm"), lambda: GRU(3, 4, cell="lstm"),
+                  lambda: GRUClassifier(3, 2, 4, cell="lstm"), lambda: PAPER.build("tiny", cell="LSTM")):
+        with pytest.raises(ValueError, match="unknown cell '(lstm|LSTM)'; choose from: gru, tanh"):
+            build()
+
+
+def test_gru_is_still_the_default_cell():
+    kwargs = dict(src_vocab=12, tgt_vocab=11, embed_dim=6, hidden_size=8, maxout_units=5, output_rank=3)
+    outputs = {}
+    for name, extra in (("default", {}), ("gru", {"cell": "gru"}), ("tanh", {"cell": "tanh"})):
+        torch.manual_seed(0)
+        model = EncoderDecoder(**kwargs, **extra).eval()
+        with torch.no_grad():
+            outputs[name] = model.state_dict(), model(SRC, SRC_LENGTHS, TGT)
+    (default_sd, default_out), (gru_sd, gru_out), (_, tanh_out) = outputs.values()
+    assert default_sd.keys() == gru_sd.keys() and all(torch.equal(v, gru_sd[k]) for k, v in default_sd.items())
+    assert torch.equal(default_out, gru_out)
+    assert default_sd["encoder.layers.0.weight_hh_l0"].shape == (3 * 8, 8)  # r, z, n stacked, as before
+    assert (default_out - tanh_out).abs().max() > 1e-3  # the cell is not ignored
+    states = []
+    for extra in ({}, {"cell": "gru"}):  # the classifier too
+        torch.manual_seed(0)
+        states.append(GRUClassifier(INPUT, 3, HIDDEN, 2, True, **extra).state_dict())
+    assert states[0].keys() == states[1].keys() and all(torch.equal(v, states[1][k]) for k, v in states[0].items())

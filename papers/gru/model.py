@@ -25,6 +25,11 @@ and exactly as torch.nn.GRU computes it, which is what this file computes:
 The one difference: equation (8) resets h_{t-1} before the recurrent product, U (r (.) h), while
 nn.GRU (and cuDNN) resets after it, r * (U h + b_hn). We compute nn.GRU's form, so that our GRU
 equals nn.GRU to float precision; the two are different functions of the same weights.
+
+For the comparison Section 2.3 reports ("it is crucial to use this new unit with gates. We were not
+able to get meaningful result with an oft-used tanh unit without any gating"), every GRU here can be
+built of that ungated unit instead (cell="tanh"): h_t = tanh(W x_t + U h_{t-1} + b), papers/lstm's
+RNNLayer, with torch.nn.RNN's two bias vectors (b = b_ih + b_hh) as the GRU keeps nn.GRU's two.
 """
 
 import math
@@ -34,7 +39,7 @@ import torch
 import torch.nn as nn
 from einops import rearrange
 
-from papers.lstm.model import over_time
+from papers.lstm.model import RNNLayer, over_time
 
 
 class GRULayer(nn.Module):
@@ -140,22 +145,33 @@ class GRULayer(nn.Module):
 
 class GRU(nn.Module):
     """A stack of GRU layers on batch-first padded sequences, as torch.nn.GRU(batch_first=True)
-    computes it on a packed sequence.
+    computes it on a packed sequence; or, with cell="tanh", the same stack of ungated tanh units.
 
     Args:
         input_size: features of each step.
         hidden_size: units H per layer and direction.
         num_layers: stacked layers; layer k+1 reads layer k's outputs.
         bidirectional: each layer also reads every sequence backwards; D = 2 directions.
+        cell: "gru", the gated unit (GRULayer); or "tanh", the "oft-used tanh unit without any
+            gating" that Section 2.3 found no meaningful result with: h_t = tanh(W x_t + U h_{t-1} + b),
+            papers/lstm's RNNLayer (torch.nn.RNN's unit: weights named as GRULayer's, one block of H
+            rows instead of three, U(-1/sqrt(H), 1/sqrt(H)) as its own initialisation). Padding and
+            lengths are handled as the GRU's: a step past a sequence's end leaves the state unchanged.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False):
+    CELLS = {"gru": GRULayer, "tanh": RNNLayer}
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
+                 cell: str = "gru"):
         super().__init__()
+        if cell not in self.CELLS:
+            raise ValueError(f"unknown cell '{cell}'; choose from: {', '.join(self.CELLS)}")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bidirectional = bidirectional
+        self.bidirectional, self.cell = bidirectional, cell
         self.D = 2 if bidirectional else 1
+        Layer = self.CELLS[cell]
         self.layers = nn.ModuleList(  # layer k+1 reads layer k's outputs, D*H features per step
-            GRULayer(input_size if k == 0 else self.D * hidden_size, hidden_size, k, bidirectional)
+            Layer(input_size if k == 0 else self.D * hidden_size, hidden_size, k, bidirectional)
             for k in range(num_layers)
         )
 
@@ -194,12 +210,13 @@ class GRUClassifier(nn.Module):
         hidden_size: units per layer and direction.
         num_layers: stacked GRU layers.
         bidirectional: read each sequence both ways; the head sees both final states.
+        cell: "gru", or "tanh" for ungated tanh units under the same head (GRU's `cell`).
     """
 
     def __init__(self, input_size: int, num_classes: int, hidden_size: int, num_layers: int = 1,
-                 bidirectional: bool = False):
+                 bidirectional: bool = False, cell: str = "gru"):
         super().__init__()
-        self.gru = GRU(input_size, hidden_size, num_layers, bidirectional)
+        self.gru = GRU(input_size, hidden_size, num_layers, bidirectional, cell)
         self.D = 2 if bidirectional else 1
         self.head = nn.Linear(self.D * hidden_size, num_classes)
 
@@ -244,20 +261,24 @@ class EncoderDecoder(nn.Module):
         maxout_units: maxout units of s_t, each the max of 2 (500).
         output_rank: factor G (K x maxout) as G_l (K x rank) G_r (rank x maxout); None: one matrix G.
         init_std: the standard deviation of the Gaussian every non-recurrent weight starts from (0.01).
+        cell: "gru", the paper's gated unit; or "tanh", Section 2.3's "oft-used tanh unit without any
+            gating", h_t = tanh(W x_t + U h_{t-1} + b), in the encoder and in the decoder, which then
+            reads c through the same input weights: h'_t = tanh(W' e(y_{t-1}) + U' h'_{t-1} + C c + b').
+            Everything else (sizes, c = tanh(V h_N), h'_0 = tanh(V' c), the deep output) is the same.
     """
 
     def __init__(self, src_vocab: int = 15_000, tgt_vocab: int = 15_000, pad_id: int = 0, embed_dim: int = 100,
                  hidden_size: int = 1000, maxout_units: int = 500, output_rank: int | None = None,
-                 init_std: float = 0.01):
+                 init_std: float = 0.01, cell: str = "gru"):
         super().__init__()
         self.pad_id, self.init_std = pad_id, init_std
         H, E, M = hidden_size, embed_dim, maxout_units
         self.e_x = nn.Embedding(src_vocab, E)  # e(x_i), source word embeddings
-        self.encoder = GRU(E, H)  # h_t = f(h_{t-1}, x_t), one layer of 1000 units
+        self.encoder = GRU(E, H, cell=cell)  # h_t = f(h_{t-1}, x_t), one layer of 1000 units
         self.V = nn.Linear(H, H)  # c = tanh(V h_N)
         self.e_y = nn.Embedding(tgt_vocab, E)  # e(y_j), target word embeddings
         self.V_prime = nn.Linear(H, H)  # h'_0 = tanh(V' c)
-        self.decoder = GRU(E + H, H)  # reads [e(y_{t-1}); c]: weight_ih = [W'_* C_*]
+        self.decoder = GRU(E + H, H, cell=cell)  # reads [e(y_{t-1}); c]: weight_ih = [W'_* C_*]
         self.O_h = nn.Linear(H, 2 * M)  # s' = O_h h'_t + O_y e(y_{t-1}) + O_c c (+ one bias)
         self.O_y = nn.Linear(E, 2 * M, bias=False)
         self.O_c = nn.Linear(H, 2 * M, bias=False)
@@ -272,13 +293,15 @@ class EncoderDecoder(nn.Module):
         distribution with its standard deviation fixed to 0.01"; init_std), embeddings included,
         except the recurrent matrices U_r, U_z, U (and U'_*): each the left singular vectors of a
         white Gaussian matrix (Saxe et al. 2014), an orthogonal matrix. The paper does not say how
-        biases start; they keep PyTorch's initialisation."""
+        biases start; they keep PyTorch's initialisation. The tanh unit (cell="tanh") starts as the
+        GRU's candidate does: W (and C) from N(0, init_std^2), U one orthogonal matrix, biases
+        PyTorch's (nn.RNN's U(-1/sqrt(H), 1/sqrt(H)), the distribution nn.GRU's biases start from)."""
         for name, p in self.named_parameters():
             if "bias" in name:
                 continue
-            if "weight_hh" in name:  # (3H, H): U_r, U_z, U stacked, one orthogonal matrix each
+            if "weight_hh" in name:  # (3H, H): U_r, U_z, U stacked (the tanh unit's (H, H): U alone)
                 with torch.no_grad():
-                    for U in p.chunk(3, dim=0):  # (H, H) views
+                    for U in p.chunk(p.shape[0] // p.shape[1], dim=0):  # (H, H) views, one orthogonal each
                         U.copy_(torch.linalg.svd(torch.randn_like(U))[0])
             else:
                 nn.init.normal_(p, 0.0, self.init_std)
