@@ -236,13 +236,13 @@ def test_clear_errors(tmp_path, capsys):
                         "--out", str(tmp_path / "adding.onnx")]) == 0
     with pytest.raises(PredictError, match="regression model of adding"):
         Predictor(tmp_path / "adding.onnx")
-    assert export.main(["--paper", "vit", "--out", str(tmp_path / "vit.onnx")]) == 0
+    assert export.main(["--paper", "lenet", "--out", str(tmp_path / "lenet.onnx")]) == 0  # an image model
     with pytest.raises(PredictError, match="missing.png: no such file"):
-        predict(tmp_path / "vit.onnx", [tmp_path / "missing.png"])
+        predict(tmp_path / "lenet.onnx", [tmp_path / "missing.png"])
     (tmp_path / "notes.png").write_text("not an image")
     with pytest.raises(PredictError, match="not an image"):
-        predict(tmp_path / "vit.onnx", [tmp_path / "notes.png"])
-    plain = onnx.load(str(tmp_path / "vit.onnx"))
+        predict(tmp_path / "lenet.onnx", [tmp_path / "notes.png"])
+    plain = onnx.load(str(tmp_path / "lenet.onnx"))
     del plain.metadata_props[:]
     onnx.save(plain, str(tmp_path / "plain.onnx"))
     with pytest.raises(PredictError, match="no 'paper_study' metadata"):

@@ -110,10 +110,11 @@ def test_a_pp_checkpoint_resumes_in_one_process(gpt_runs, tmp_path):
     assert max_difference(weights(run), weights(gpt_runs["single"])) < 1e-5
 
 
-@pytest.mark.parametrize("paper", ["resnet", "vit"])
+@pytest.mark.parametrize("paper", ["resnet"])
 def test_pp_trains_the_single_process_weights(paper, tmp_path):
     """Batch norm (ResNet) normalises each microbatch, as each micro-step of the accumulating run. (VGG's
-    chain is checked in one process above, and was checked by hand under torchrun: within 2.4e-8.)"""
+    chain is checked in one process above, and was checked by hand under torchrun: within 2.4e-8; ViT's
+    too, and under torchrun here until 48625ed, for the suite's time: its blocks are GPT's pre-norm ones.)"""
     assert main(["--paper", paper, *FLAGS, "--grad-accum", "2", "--out", str(tmp_path / "single")]) == 0
     torchrun(["--paper", paper, *FLAGS, "--pp", "2", "--out", str(tmp_path / "pp")], cwd=tmp_path)
     assert max_difference(weights(tmp_path / "pp"), weights(tmp_path / "single")) < 1e-5
