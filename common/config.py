@@ -43,8 +43,8 @@ RECIPES = ("repo", "paper")
 @dataclass
 class TrainConfig:
     paper: str
-    flavor: str = "tiny"  # with init: the reference's SOURCE:NAME
-    init: str | None = None  # start from a reference's pretrained weights: timm:NAME, torchvision:NAME, ...@FILE
+    flavor: str = "tiny"  # with init SOURCE:NAME: the reference's SOURCE:NAME
+    init: str | None = None  # start from pretrained weights: timm:NAME, torchvision:NAME, ...@FILE, or a run directory
     model_kwargs: dict = field(default_factory=dict)  # the flavor's constructor arguments overridden, e.g. activation
     dataset: str = "digits"  # a registered name, or hf:NAME_OR_PATH[:CONFIG] (common.data.hf)
     data_dir: str | None = None
@@ -264,7 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper", help="which paper (see --list)")
     p.add_argument("--flavor", help="model flavor; 'tiny' (default) or the paper's own sizes")
     p.add_argument("--init", metavar="REF", help="start from a reference model's pretrained weights: timm:NAME, "
-                   "torchvision:NAME, or either as SOURCE:NAME@FILE (it takes the place of --flavor)")
+                   "torchvision:NAME, or either as SOURCE:NAME@FILE (it takes the place of --flavor); or from a "
+                   "finished run of the same paper, RUN_DIR: the tensors of --flavor's model that its "
+                   "model.safetensors holds by name and shape (a pre-trained body; a new head stays new)")
     p.add_argument("--model-kwargs", nargs="+", action=_ModelKwargs, metavar="KEY=VALUE",
                    help="override the flavor's constructor arguments, each value a Python literal or a plain "
                         "string (activation=tanh shortcut=none hidden_size=64)")
@@ -419,7 +421,9 @@ def resolve_rerun(flags: dict) -> tuple[TrainConfig, str | None]:
 
 
 def resolve(flags: dict) -> TrainConfig:
-    """TrainConfig defaults, then the paper's defaults, then the flags given."""
+    """TrainConfig defaults, then the paper's defaults, then the flags given (--init RUN_DIR keeps the
+    flavor; --init SOURCE:NAME stands in its place)."""
+    from common.pretrained import architecture_name, is_run
     from papers import get_paper
 
     if "paper" not in flags:
@@ -438,9 +442,7 @@ def resolve(flags: dict) -> TrainConfig:
         recipe = spec.recipe
     if flags.get("download") and "data_dir" not in flags and not flags.get("dataset", "").startswith(HF_PREFIX):
         flags = flags | {"data_dir": "data"}  # (a Hub data set goes into the Hugging Face cache)
-    if "init" in flags:  # the reference's architecture takes the place of the flavor
-        from common.pretrained import architecture_name
-
+    if "init" in flags and not is_run(flags["init"]):  # the reference's architecture takes the place of the flavor
         if "flavor" in flags:
             raise ConfigError(f"--init {flags['init']} names the model; leave out --flavor {flags['flavor']}")
         flags = flags | {"flavor": architecture_name(flags["init"])}
@@ -466,7 +468,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     """
     from common.data import DATASETS, download, get_dataset, options
     from common.data.augment import parse as parse_augment
-    from common.pretrained import build_model
+    from common.pretrained import build_model, check_run, is_run
     from papers import get_paper
 
     try:
@@ -477,7 +479,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     if (cfg.hf_split is not None or cfg.hf_columns is not None) and "hf_split" not in data.options:
         raise ConfigError(f"--hf-split and --hf-columns choose the splits and columns of a Hugging Face data set "
                           f"(--dataset hf:NAME_OR_PATH); {data.name} is not one")
-    if cfg.init is None and cfg.flavor not in spec.flavors:
+    if (cfg.init is None or is_run(cfg.init)) and cfg.flavor not in spec.flavors:
         raise ConfigError(f"unknown flavor '{cfg.flavor}' for {spec.name}; choose from: {', '.join(spec.flavors)}")
     check_model_kwargs(spec, cfg)
     spec = spec.for_flavor(cfg.flavor)
@@ -596,6 +598,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             raise ConfigError(f"{spec.name} {cfg.flavor} with --model-kwargs {describe_kwargs(cfg.model_kwargs)}: "
                               f"{' '.join(str(e).split())}") from None
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
+    if cfg.init is not None and is_run(cfg.init):
+        check_run(spec, cfg.init, model, facts)
     multiple = getattr(model, "input_multiple", 1)
     if variable and facts.get("size_multiple", 1) % multiple:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} needs image sides that are multiples of {multiple}, "
@@ -683,7 +687,9 @@ def check_model_kwargs(spec, cfg: TrainConfig) -> None:
     """--model-kwargs names arguments of the flavor's model class, not ones the data set sets."""
     if not cfg.model_kwargs:
         return
-    if cfg.init is not None:
+    from common.pretrained import is_run
+
+    if cfg.init is not None and not is_run(cfg.init):
         raise ConfigError(f"--model-kwargs changes a flavor's arguments, but --init {cfg.init} builds the "
                           f"reference's architecture; leave out one of them")
     takes, model = spec.model_arguments(cfg.flavor), spec.for_flavor(cfg.flavor).model.__name__

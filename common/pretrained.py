@@ -1,4 +1,5 @@
-"""Fine-tuning from a reference implementation's pretrained weights: `--init REF`.
+"""Fine-tuning from pretrained weights: `--init REF`, a reference implementation's, or `--init RUN_DIR`,
+a finished run's of the same paper.
 
 REF names a reference model and where its weights come from:
 
@@ -15,9 +16,17 @@ weights such as vit_base_patch16_224.orig_in21k) is replaced by a new one, initi
 paper initialises it; the position embeddings of a model with another image size are
 interpolated to the new patch grid once. Another number of input channels is refused. Every
 mistake is a one-line ConfigError; every adaptation is a note line.
+
+RUN_DIR (any value not of the form SOURCE:NAME) is a run directory train.py wrote: the model is the
+run's own flavor (--flavor, --model-kwargs), and every tensor of it that the run's model.safetensors
+holds under the same name with the same shape is loaded; the others (a new head: GPT's classifier on
+a GPT pre-trained as a language model) keep their initialisation, and one line says what was loaded
+and what was left new. A folder that is no finished run, a run of another paper, a run none of whose
+tensors fit, or one of token data whose vocabulary is not this run's, is refused in one line.
 """
 
 import difflib
+import json
 import re
 from pathlib import Path
 
@@ -26,12 +35,19 @@ import torch.nn as nn
 
 from common.errors import ConfigError
 
-FORMS = "timm:NAME, torchvision:NAME, or either as SOURCE:NAME@FILE (weights read from a local file)"
+FORMS = ("timm:NAME, torchvision:NAME, or either as SOURCE:NAME@FILE (weights read from a local file), or RUN_DIR "
+         "(a finished run of the same paper)")
+REFERENCE = re.compile(r"([^:@\s]+):([^@\s]+)(?:@(.+))?")  # SOURCE:NAME[@FILE]
+
+
+def is_run(init: str) -> bool:
+    """An --init value naming a run directory: an existing folder, or anything not of the form SOURCE:NAME."""
+    return Path(init).is_dir() or not REFERENCE.fullmatch(init.strip())
 
 
 def parse_init(text: str) -> tuple[str, str, Path | None]:
     """(source, model name, weights file or None) of an --init value; ConfigError when malformed."""
-    match = re.fullmatch(r"([^:@\s]+):([^@\s]+)(?:@(.+))?", text.strip())
+    match = REFERENCE.fullmatch(text.strip())
     if not match:
         raise ConfigError(f"--init {text!r} names no reference model; use {FORMS}")
     source, name, file = match.groups()
@@ -226,6 +242,81 @@ def reference_model(spec, init: str, facts: dict, weights: bool = True) -> tuple
     return model, _adapt(model, spec, facts, init, headless, unused_head)
 
 
+def _run_weights(spec, init: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    """A finished run's weights file and its tensors' shapes (from the file's header: nothing loaded);
+    ConfigError for a folder that is no finished run of this paper."""
+    from safetensors import safe_open
+
+    run = Path(init)
+    if not run.is_dir():
+        raise ConfigError(f"--init {init}: no run directory there, nor a reference model; use {FORMS}")
+    try:
+        paper = json.loads((run / "config.json").read_text()).get("paper")
+    except (OSError, ValueError, AttributeError):
+        raise ConfigError(f"--init {init}: not a run directory (no readable config.json)") from None
+    if paper != spec.name:
+        raise ConfigError(f"--init {init}: a run of paper {paper}, not of {spec.name}; start from a run of {spec.name}")
+    file = run / "model.safetensors"
+    if not file.is_file():
+        raise ConfigError(f"--init {init}: the run has no {file.name}: it has not finished (--resume it first)")
+    try:
+        with safe_open(file, "pt") as f:
+            return file, {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as e:  # truncated, or not safetensors
+        raise ConfigError(f"--init {init}: cannot read {file} as safetensors: {_one_line(e)}") from e
+
+
+def _fitting(model: nn.Module, shapes: dict[str, tuple[int, ...]], init: str, file: Path) -> tuple[list, list]:
+    """The model's tensors that the file holds by name and shape, and the others; ConfigError if none fits."""
+    own = model.state_dict()
+    fits = [k for k, t in own.items() if shapes.get(k) == tuple(t.shape)]
+    if not fits:
+        raise ConfigError(f"--init {init}: none of the {len(shapes)} tensors of {file} fits this model by name and "
+                          f"shape (the model's: {', '.join(list(own)[:3])}, ...; the file's: "
+                          f"{', '.join(list(shapes)[:3])}, ...)")
+    return fits, [k for k in own if k not in fits]
+
+
+def _vocabulary(facts: dict):
+    """What a token data set's ids mean (its characters, or its BPE); None for other data."""
+    return (facts.get("level"), facts.get("itos"), facts.get("tokenizer")) if "vocab_size" in facts else None
+
+
+def check_run(spec, init: str, model: nn.Module, facts: dict) -> None:
+    """--init RUN_DIR's checks, before a run starts (model may be on the meta device): a finished run of
+    this paper, a tensor that fits, and, where both are token data, the same tokens (the run's data set
+    read again from its config; skipped where it no longer reads)."""
+    from common.config import TrainConfig
+    from common.data import get_dataset, options
+
+    file, shapes = _run_weights(spec, init)
+    _fitting(model, shapes, init, file)
+    try:
+        cfg = TrainConfig.from_dict(json.loads((Path(init) / "config.json").read_text()))
+        theirs = get_dataset(cfg.dataset, cfg.hf_columns, cfg.data_dir).facts(**options(cfg))
+    except (ConfigError, ValueError, OSError):
+        return
+    if _vocabulary(facts) is not None and _vocabulary(theirs) not in (None, _vocabulary(facts)):
+        raise ConfigError(f"--init {init}: the run read other tokens ({cfg.dataset}, --tokenizer {cfg.tokenizer}, "
+                          f"{theirs['vocab_size']} of them) than this data set's ({facts['vocab_size']}): its "
+                          f"embeddings would read other tokens; pre-train on this data set's tokenizer")
+
+
+def load_run(model: nn.Module, spec, init: str) -> list[str]:
+    """--init RUN_DIR: every tensor of model that the run's model.safetensors holds by name and shape, copied
+    in (the rest keep their initialisation). Returns the note line saying what was loaded and left new."""
+    from safetensors.torch import load_file
+
+    file, shapes = _run_weights(spec, init)
+    fits, new = _fitting(model, shapes, init, file)
+    state = load_file(file, device="cpu")
+    with torch.no_grad():
+        model.load_state_dict({k: state[k] for k in fits}, strict=False)
+    unused = [k for k in shapes if k not in fits]
+    return [f"--init {init}: {len(fits)} tensors loaded from {file}; left new: {', '.join(new) or 'none'}"
+            + (f"; not used from the file: {', '.join(unused)}" if unused else "")]
+
+
 def architecture_name(init: str) -> str:
     """What stands in for --flavor in a run started from a reference: SOURCE:NAME (without the file)."""
     source, name, _ = parse_init(init)
@@ -233,9 +324,9 @@ def architecture_name(init: str) -> str:
 
 
 def build_model(spec, flavor: str, init: str | None, facts: dict, model_kwargs: dict | None = None) -> nn.Module:
-    """The model a run trains: the flavor's (with `model_kwargs`, --model-kwargs, over its arguments), or
-    with --init the reference's architecture (random weights, nothing downloaded or read:
-    `reference_model(..., weights=False)`)."""
-    if init is None:
+    """The model a run trains: the flavor's (with `model_kwargs`, --model-kwargs, over its arguments; also
+    with --init RUN_DIR), or with --init REF the reference's architecture (random weights, nothing
+    downloaded or read: `reference_model(..., weights=False)`)."""
+    if init is None or is_run(init):
         return spec.build_for_data(flavor, facts, model_kwargs)
     return reference_model(spec, init, facts, weights=False)[0]

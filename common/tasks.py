@@ -93,7 +93,9 @@ class Classification(Task):
 
     A model with auxiliary classifiers (GoogLeNet's) returns, in training, {"logits": (B, classes),
     "aux": [(aux logits (B, classes), weight), ...]}: each auxiliary loss is added with its weight.
-    In eval mode it returns the logits alone.
+    A model with an auxiliary objective of its own inputs (GPT's language modelling of the passage,
+    L_3 = L_2 + lambda L_1) returns its loss there instead: {"logits": ..., "aux_losses": [(scalar loss,
+    weight), ...]}. In eval mode it returns the logits alone.
     """
 
     kind = "classification"
@@ -102,8 +104,10 @@ class Classification(Task):
     train_metric = "accuracy"  # the training error of the papers' curves is 1 minus it
 
     def loss(self, logits, targets: torch.Tensor) -> torch.Tensor:
-        if isinstance(logits, dict):  # the main classifier and the weighted auxiliary ones
-            return self.loss(logits["logits"], targets) + sum(w * self.loss(a, targets) for a, w in logits["aux"])
+        if isinstance(logits, dict):  # the main classifier and the weighted auxiliary ones (or losses)
+            aux = sum(w * self.loss(a, targets) for a, w in logits.get("aux", ()))
+            aux = aux + sum(w * loss for loss, w in logits.get("aux_losses", ()))
+            return self.loss(logits["logits"], targets) + aux
         return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
 
     @torch.no_grad()

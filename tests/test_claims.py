@@ -14,8 +14,23 @@ SWEEPS = sorted(ROOT.glob("papers/*/claims/*.yaml")) + sorted(ROOT.glob("sweeps/
 FIGURES = sorted(ROOT.glob("papers/*/claims/*.png"))
 
 
+def stand_in_runs(path: Path, results: Path) -> None:
+    """The runs a sweep's `--init RUN_DIR` starts from (a pre-training, the claim's first command, not in
+    the repository): at each, a one-step run of its paper's defaults stands in, so that the file's flags
+    are checked against a run of the same model."""
+    from common.pretrained import is_run
+    from train import main
+
+    for params in sweep.combinations(sweep.load(path)):
+        init = params.get("init")
+        if isinstance(init, str) and is_run(init) and not Path(init).exists():
+            assert main(["--paper", params["paper"], "--max-steps", "1", "--out", init, "--wandb", "disabled",
+                         "--results-dir", str(results)]) == 0
+
+
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_claims_sweep_file_validates(path, capsys):
+def test_every_claims_sweep_file_validates(path, capsys, tmp_path):
+    stand_in_runs(path, tmp_path / "results")  # in this test's own working folder
     assert sweep.main([str(path), "--dry-run"]) == 0, capsys.readouterr().err
     assert "all valid" in capsys.readouterr().out
 

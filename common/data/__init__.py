@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, pairs, shapes, text, tokens, vision, wds
+from common.data import adding, coco, dates, detect, digits, long_pairs, pairs, shapes, text, tokens, vision, wds
 from common.data.augment import Augmented
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
@@ -37,7 +37,7 @@ class DatasetSpec:
         task: the task kind it is scored with (see common.tasks).
         inputs: what a sample is: "image" (C, H, W), "sequence" (T, F), "pairs" (a source and a
             target sequence of token ids, (S,) and (T,)), or "tokens" (a block of token ids (T,), its
-            target the block shifted by one).
+            target the block shifted by one, or for a classification data set its class id).
         facts: (data_dir, image_size) -> what the model is built for: num_classes (the
             outputs of its head: classes, or 1 for a scalar target), and in_chans and
             img_size for images, input_size (and seq_len where every sequence has
@@ -159,6 +159,12 @@ DATASETS = {
                     description=f"{dates.TRAIN_SIZE:,} train / {dates.TEST_SIZE:,} test dates written in "
                                 f"{dates.NUM_STYLES} styles (English, French, German, Spanish) -> ISO 8601, "
                                 f"character level; no test date is a training date"),
+        DatasetSpec("long-pairs", "seq2seq", "pairs", long_pairs.facts, long_pairs.load, variable_size=True,
+                    collate_fn=pad_pairs,
+                    description=f"{long_pairs.TRAIN_SIZE:,} train / {long_pairs.TEST_SIZE:,} test sentences of a toy "
+                                f"English -> French, {long_pairs.MIN_LENGTH} to {long_pairs.MAX_LENGTH} words spread "
+                                f"evenly over lengths, word level: a dictionary, adjectives after the noun, agreement "
+                                f"of articles and adjectives; for BLEU by source length (Bahdanau et al.'s Figure 2)"),
         DatasetSpec("pairs", "seq2seq", "pairs", pairs.facts, pairs.load, variable_size=True, collate_fn=pad_pairs,
                     reads_folder=True,
                     description=f"sentence pairs from --data-dir: a .txt/.tsv file (or a folder holding one), one "
@@ -170,6 +176,12 @@ DATASETS = {
                     description="the Python documentation topics pydoc_data ships (about 465,000 characters of "
                                 "English), character level or --tokenizer bpe, in blocks of 128 tokens; the last "
                                 "topics by name (10%) for test"),
+        DatasetSpec("pydoc-topics", "classification", "tokens", text.topics_facts, text.topics_load,
+                    options=("block_size", "tokenizer", "vocab_size"),
+                    description=f"passages of 128 tokens (pydoc's, as --dataset pydoc's) of "
+                                f"{len(text.TOPIC_CLASSES)} pydoc topics of its training split, labelled by topic, "
+                                f"{text.TOPIC_TRAIN} train / {text.TOPIC_TEST} test a topic from the start and the "
+                                f"end of its text: a small labelled task for a model pre-trained on pydoc"),
         DatasetSpec("text", "language-modeling", "tokens", partial(text.facts, dataset="text"),
                     partial(text.load, dataset="text"), reads_folder=True, options=("block_size", "tokenizer", "vocab_size"),
                     description="UTF-8 text from --data-dir: a file, or a folder's .txt files joined in order of "

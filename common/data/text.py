@@ -8,6 +8,16 @@ topic: the topics in sorted order, the first ones (about TRAIN_FRACTION of the c
 training and the rest for test, each split's topics joined by blank lines. (Some topics repeat a
 paragraph of another, so a few test paragraphs also stand in the training text.)
 
+`pydoc-topics` is the same text labelled, for classification (GPT's fine-tuning on a small labelled
+task): passages of 128 tokens of eight topics (TOPIC_CLASSES), each labelled by its topic, balanced:
+48 a topic for training (384) and 32 for test (256), from the start and the end of the topic's text,
+in pydoc's tokens (see `topics_load`). Against pre-training: the eight topics all lie in pydoc's
+training split, none in its test split, so a model pre-trained on `pydoc` has read every passage here,
+training and test, as unlabelled text, never its label. Unlabelled text of the task's domain is GPT's
+setting; that the test passages are in it too is not (BooksCorpus held none of the tasks' test
+sets): pydoc's split is fixed and by whole topics, so holding them out of pre-training would take a
+pre-training corpus of its own.
+
 `text` reads --data-dir: one UTF-8 text file, or a folder whose *.txt files (at any depth, in
 sorted order of their paths) are joined by blank lines. Its split is fixed too: training text up to
 the first line break after TRAIN_FRACTION of the characters, test text after it. An empty file, a
@@ -29,7 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, TensorDataset
 
 from common.errors import ConfigError
 
@@ -279,6 +289,49 @@ def facts(data_dir: str | None = None, tokenizer: str = "char", vocab_size: int 
     """What a model is built for: the vocabulary's size, and what decodes its ids (char: the
     strings; bpe: the tokenizer's JSON and each token's characters)."""
     return make_tokenizer(data_dir, tokenizer, vocab_size, dataset).facts()
+
+
+# ---------------------------------------------------------------- pydoc-topics: passages labelled by topic
+
+# Eight topics of pydoc's training split, each over 11,000 characters, none sharing a passage with another of
+# them or with the test split: compound repeats while's and with's, which are test topics, so it is not one;
+# specialnames holds customization and attribute-access, which are. A label is the topic's index here.
+TOPIC_CLASSES = ("assignment", "attribute-access", "customization", "debugger", "formatstrings", "string-methods",
+                 "types", "typesmapping")
+TOPIC_TRAIN, TOPIC_TEST = 48, 32  # passages of each topic: its first ones for training, its last ones for test
+
+
+def topics_load(block_size: int | None = None, tokenizer: str = "char", vocab_size: int | None = None,
+                **_) -> tuple[TensorDataset, TensorDataset]:
+    """pydoc-topics' (training, test) passages: sample k is (ids (T,), the topic's class id).
+
+    Each topic's text is encoded with pydoc's tokenizer (`make_tokenizer`: the one --dataset pydoc
+    pre-trains with, so that a pre-trained model's vocabulary fits) and cut into non-overlapping passages
+    of block_size tokens (128); the first TOPIC_TRAIN of a topic are for training and its last TOPIC_TEST
+    for test, disjoint parts of its text (a longer topic's middle goes unused). A topic of fewer passages
+    (at a longer --block-size, or BPE's fewer tokens) is a ConfigError naming it.
+    """
+    from pydoc_data.topics import topics
+
+    block_size, tok = block_size or BLOCK_SIZE, make_tokenizer(tokenizer=tokenizer, vocab_size=vocab_size)
+    splits = ([], []), ([], [])  # (passages, labels) of training and of test
+    for label, name in enumerate(TOPIC_CLASSES):
+        ids = torch.tensor(tok.encode(topics[name].strip()), dtype=torch.int64)
+        n = len(ids) // block_size
+        if n < TOPIC_TRAIN + TOPIC_TEST:
+            raise ConfigError(f"--dataset pydoc-topics: topic {name} holds {n} passages of {block_size} tokens, fewer "
+                              f"than the {TOPIC_TRAIN} + {TOPIC_TEST} a class needs; use a smaller --block-size")
+        passages = ids[: n * block_size].view(n, block_size)  # (n, T)
+        for (x, y), part in zip(splits, (passages[:TOPIC_TRAIN], passages[n - TOPIC_TEST:])):
+            x.append(part)
+            y.append(torch.full((len(part),), label, dtype=torch.int64))
+    return tuple(TensorDataset(torch.cat(x), torch.cat(y)) for x, y in splits)
+
+
+def topics_facts(tokenizer: str = "char", vocab_size: int | None = None, **_) -> dict:
+    """pydoc's tokenizer's facts (vocab_size, and what decodes ids), the classes and their names."""
+    return make_tokenizer(tokenizer=tokenizer, vocab_size=vocab_size).facts() | dict(
+        num_classes=len(TOPIC_CLASSES), classes=list(TOPIC_CLASSES))
 
 
 def unigram_bits_per_character() -> float:

@@ -236,11 +236,55 @@ class GPT(nn.Module):
         return (logits, present) if use_cache else logits
 
 
+class GPTClassifier(GPT):
+    """GPT fine-tuned for classification (GPT Section 3.2): the pre-trained model reads the passage x^1..x^m,
+    and the final block's activation at the last token, h_l^m (after GPT-2's final norm), feeds one added
+    linear layer: P(y | x^1..x^m) = softmax(h_l^m W_y) (eq. 3). Language modelling stays an auxiliary
+    objective, L_3(C) = L_2(C) + lambda L_1(C) (eq. 5), L_1 the next-token loss of the same passages.
+
+    Every parameter but W_y keeps GPT's name, so a pre-trained GPT's weights load by name (--init RUN_DIR).
+    No start or extract tokens (the paper's <s> and $, new rows of W_e): the passage's own last token is
+    read; W_y is initialised as every other weight, N(0, 0.02), its bias zero, as the released code's.
+
+    Args:
+        num_classes: the outputs of W_y.
+        lm_weight: lambda, the auxiliary language-modelling loss's weight (0.5, Section 4.1); 0 leaves it out.
+        vocab_size, block_size, n_layer, n_head, n_embd, pre_norm, final_norm, tie_embeddings,
+            scale_residual_init, activation: GPT's.
+        dropout: GPT's, and on h_l^m before W_y ("dropout to the classifier with a rate of 0.1").
+    """
+
+    def __init__(self, num_classes: int = 2, lm_weight: float = 0.5, vocab_size: int = 50257, block_size: int = 1024,
+                 n_layer: int = 12, n_head: int = 12, n_embd: int = 768, dropout: float = 0.0, pre_norm: bool = True,
+                 final_norm: bool = True, tie_embeddings: bool = True, scale_residual_init: bool = True,
+                 activation: str = "gelu"):
+        super().__init__(vocab_size, block_size, n_layer, n_head, n_embd, dropout, pre_norm, final_norm,
+                         tie_embeddings, scale_residual_init, activation)
+        self.lm_weight = lm_weight
+        self.W_y = nn.Linear(n_embd, num_classes)  # the added output layer
+        nn.init.normal_(self.W_y.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.W_y.bias)
+
+    def forward(self, idx: torch.Tensor):
+        """Class logits (B, classes) of passages idx (B, T); in training with lm_weight, {"logits": them,
+        "aux_losses": [(L_1, lambda)]}, L_1 the mean next-token cross-entropy over the passages (as the
+        released code's, per token), which common.tasks.Classification adds to L_2 with its weight."""
+        h, _ = self.forward_features(idx)  # h_l, (B, T, d)
+        logits = self.W_y(self.dropout(h[:, -1]))  # h_l^m W_y, (B, classes)
+        if not (self.training and self.lm_weight):
+            return logits
+        next_token = self.forward_head(h[:, :-1])  # (B, T - 1, V): position t predicts token t + 1
+        L_1 = F.cross_entropy(next_token.float().flatten(0, 1), idx[:, 1:].flatten())
+        return {"logits": logits, "aux_losses": [(L_1, self.lm_weight)]}
+
+
 # GPT (Section 4.1: 12 layers, 768 wide, 12 heads, 512 positions; the released model's 40,478 tokens), GPT-2's
 # four sizes (Table 2, as released: 1024 positions, 50,257 tokens), and the repo's character-level tiny one.
 GPT2 = dict(vocab_size=50257, block_size=1024)
 FLAVORS = {
     "tiny": dict(vocab_size=128, block_size=128, n_layer=4, n_head=4, n_embd=128),
+    # GPTClassifier (papers/gpt/__init__.py's variant) of tiny's sizes, with the paper's fine-tuning dropout 0.1
+    "tiny-classifier": dict(vocab_size=128, block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.1),
     "GPT": dict(vocab_size=40478, block_size=512, n_layer=12, n_head=12, n_embd=768, dropout=0.1, pre_norm=False,
                 final_norm=False, scale_residual_init=False),
     "GPT-2-124M": dict(**GPT2, n_layer=12, n_head=12, n_embd=768, dropout=0.1),
