@@ -6,10 +6,10 @@ thresholds scaled to the digits' canvases so as to keep COCO's own proportions o
 percentiles of the test split's box areas (`thresholds`), each moved to the half pixel above it so that
 no box sits on one.
 
-    python -m papers.detr.claims.object_size [--results-dir results]
+    python -m papers.detr.claims.object_size [--results-dir results] [--summary-only]
 
 Prints, per size, each detector's mean AP over its seeds with the 95% interval and DETR minus Faster
-R-CNN (Welch's interval), and writes every run's numbers to object-size.json and the figure to
+R-CNN (Welch's interval), then the same for AP_small / AP_large (see `summary`), and writes every run's numbers to object-size.json and the figure to
 object-size.png beside this file. Needs both sweeps' run directories (their weights).
 """
 
@@ -55,9 +55,15 @@ def measure(results_dir: str, areas: tuple[float, float]) -> dict:
 
 
 def summary(record: dict) -> list[dict]:
+    """Per AP (all, small, medium, large), each detector's mean and 95% interval and DETR minus Faster
+    R-CNN (Welch). And, added after the first look at the results (the paper compares detectors of
+    equal AP; here they are far apart), each run's AP_small / AP_large: how steeply its AP falls from
+    large objects to small ones."""
     rows = []
-    for key in ("map", *SIZES):
-        d, f = ([run[key] for run in record[p].values()] for p in ("detr", "faster_rcnn"))
+    ratio = lambda run: run["map_small"] / run["map_large"]
+    for key in ("map", *SIZES, "small/large"):
+        d, f = ([ratio(run) if key == "small/large" else run[key] for run in record[p].values()]
+                for p in ("detr", "faster_rcnn"))
         sd, sf, (diff, low, high) = seeds.summarize(d), seeds.summarize(f), seeds.welch(d, f)
         rows.append({"metric": key, "detr": sd.mean, "detr_low": sd.low, "detr_high": sd.high,
                      "faster_rcnn": sf.mean, "faster_rcnn_low": sf.low, "faster_rcnn_high": sf.high,
@@ -71,6 +77,7 @@ def plot(rows: list[dict], record: dict, areas: tuple[float, float], out: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r["metric"] != "small/large"]
     labels = ["all", f"small\n(< {areas[0]:g} px²)", "medium", f"large\n(> {areas[1]:g} px²)"]
     fig, ax = plt.subplots(figsize=(7, 4))
     for k, (paper, name) in enumerate((("detr", "DETR tiny"), ("faster_rcnn", "Faster R-CNN tiny"))):
@@ -94,9 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m papers.detr.claims.object_size",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="where the sweeps' results are (their run_dir: the runs)")
+    p.add_argument("--summary-only", action="store_true",
+                   help="no evaluation: the table and figure again from object-size.json's numbers")
     args = p.parse_args(argv)
-    areas = thresholds()
-    record = measure(args.results_dir, areas)
+    if args.summary_only:  # the runs' numbers as the last full run wrote them
+        saved = json.loads((HERE / "object-size.json").read_text())
+        areas, record = tuple(saved["areas"]), saved["runs"]
+    else:
+        areas = thresholds()
+        record = measure(args.results_dir, areas)
     rows = summary(record)
     (HERE / "object-size.json").write_text(json.dumps({"areas": areas, "runs": record, "summary": rows}, indent=1) + "\n")
     plot(rows, record, areas, HERE / "object-size.png")
