@@ -599,7 +599,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
                               f"{' '.join(str(e).split())}") from None
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
     if cfg.init is not None and is_run(cfg.init):
-        check_run(spec, cfg.init, model, facts)
+        check_run(spec, cfg.init, model, facts, _run_facts(cfg.init))
     multiple = getattr(model, "input_multiple", 1)
     if variable and facts.get("size_multiple", 1) % multiple:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} needs image sides that are multiples of {multiple}, "
@@ -681,6 +681,19 @@ def _check_pipeline(spec, cfg: TrainConfig, data, variable: bool, model) -> None
         raise ConfigError(f"--pp runs models that read their inputs alone; {data.task} models also read the targets")
     if cfg.precision == "fp16":
         raise ConfigError("--pp with fp16: the scaler's skipped steps are not agreed between stages; use bf16")
+
+
+def _run_facts(run_dir: str) -> tuple[dict, str] | None:
+    """A finished run's data set's facts and what it read ("pydoc, --tokenizer char"), from its config;
+    None where that data set no longer reads."""
+    from common.data import get_dataset, options
+
+    try:
+        cfg = TrainConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
+        return (get_dataset(cfg.dataset, cfg.hf_columns, cfg.data_dir).facts(**options(cfg)),
+                f"{cfg.dataset}, --tokenizer {cfg.tokenizer}")
+    except (ConfigError, ValueError, OSError):
+        return None
 
 
 def check_model_kwargs(spec, cfg: TrainConfig) -> None:

@@ -282,24 +282,20 @@ def _vocabulary(facts: dict):
     return (facts.get("level"), facts.get("itos"), facts.get("tokenizer")) if "vocab_size" in facts else None
 
 
-def check_run(spec, init: str, model: nn.Module, facts: dict) -> None:
+def check_run(spec, init: str, model: nn.Module, facts: dict, theirs: tuple[dict, str] | None = None) -> None:
     """--init RUN_DIR's checks, before a run starts (model may be on the meta device): a finished run of
-    this paper, a tensor that fits, and, where both are token data, the same tokens (the run's data set
-    read again from its config; skipped where it no longer reads)."""
-    from common.config import TrainConfig
-    from common.data import get_dataset, options
-
+    this paper, a tensor that fits, and, where both are token data, the same tokens: theirs is the run's
+    data set's facts and what it read (its data set and tokenizer, for the message), as common.config
+    reads them from the run's config; None where it no longer reads."""
     file, shapes = _run_weights(spec, init)
     _fitting(model, shapes, init, file)
-    try:
-        cfg = TrainConfig.from_dict(json.loads((Path(init) / "config.json").read_text()))
-        theirs = get_dataset(cfg.dataset, cfg.hf_columns, cfg.data_dir).facts(**options(cfg))
-    except (ConfigError, ValueError, OSError):
+    if theirs is None:
         return
-    if _vocabulary(facts) is not None and _vocabulary(theirs) not in (None, _vocabulary(facts)):
-        raise ConfigError(f"--init {init}: the run read other tokens ({cfg.dataset}, --tokenizer {cfg.tokenizer}, "
-                          f"{theirs['vocab_size']} of them) than this data set's ({facts['vocab_size']}): its "
-                          f"embeddings would read other tokens; pre-train on this data set's tokenizer")
+    their_facts, read = theirs
+    if _vocabulary(facts) is not None and _vocabulary(their_facts) not in (None, _vocabulary(facts)):
+        raise ConfigError(f"--init {init}: the run read other tokens ({read}, {their_facts['vocab_size']} of them) "
+                          f"than this data set's ({facts['vocab_size']}): its embeddings would read other tokens; "
+                          f"pre-train on this data set's tokenizer")
 
 
 def load_run(model: nn.Module, spec, init: str) -> list[str]:
