@@ -298,7 +298,7 @@ def check_run(spec, init: str, model: nn.Module, facts: dict, theirs: tuple[dict
                           f"pre-train on this data set's tokenizer")
 
 
-def load_run(model: nn.Module, spec, init: str) -> list[str]:
+def load_from_run(model: nn.Module, spec, init: str) -> list[str]:
     """--init RUN_DIR: every tensor of model that the run's model.safetensors holds by name and shape, copied
     in (the rest keep their initialisation). Returns the note line saying what was loaded and left new."""
     from safetensors.torch import load_file

@@ -42,7 +42,7 @@ from common.mesh import Layout
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
 from common.preemption import REASONS, Preempted, StopSignals, parse_time_limit
-from common.pretrained import build_model, is_run, load_run, reference_model
+from common.pretrained import build_model, is_run, load_from_run, reference_model
 from common.profiling import WARMUP_STEPS, StepProfiler
 from common.tasks import get_task
 from common.throughput import Meter, peak_flops, training_flops
@@ -172,7 +172,7 @@ class Trainer:
         (into timm's or torchvision's cache), then the other ranks read them; a failure stops every rank.
         --init RUN_DIR: every rank reads the run's tensors that fit into the model it built."""
         if is_run(self.cfg.init):
-            notes = load_run(self.model, self.spec, self.cfg.init)
+            notes = load_from_run(self.model, self.spec, self.cfg.init)
             if self.env.is_main:
                 print(*notes, sep="\n", flush=True)
             return

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from common.config import TrainConfig, validate
 from common.data import get_dataset, text
-from common.pretrained import build_model, load_run
+from common.pretrained import build_model, load_from_run
 from common.tasks import get_task
 from papers.gpt import PAPER
 from papers.gpt.model import GPT, GPTClassifier
@@ -183,7 +183,7 @@ def test_load_run_loads_exactly_the_body_and_leaves_the_head_new(pretrained):
     torch.manual_seed(0)
     model = build_model(PAPER.for_flavor("tiny-classifier"), "tiny-classifier", str(pretrained), classifier_facts())
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    notes = load_run(model, PAPER, str(pretrained))
+    notes = load_from_run(model, PAPER, str(pretrained))
     assert notes == [f"--init {pretrained}: 52 tensors loaded from {pretrained / 'model.safetensors'}; left new: "
                      f"W_y.weight, W_y.bias"]
     run, now = weights(pretrained), model.state_dict()
