@@ -87,6 +87,26 @@ def test_every_passage_is_in_pydocs_training_split_none_in_its_test_split():
         assert t in pre_train and t not in pre_test
 
 
+def test_pydoc_rest_holds_no_text_of_the_eight_topics_and_pydocs_ids():
+    """pydoc-rest, the pre-training text of the claim: no window of 128 characters of any of the eight topics
+    (so no passage, training or test) in its training text, nor in its test text (pydoc's); every other
+    training topic of pydoc in it; pydoc's vocabulary, so that its model's W_e fits pydoc-topics."""
+    from pydoc_data.topics import topics
+
+    rest_train, rest_test = text.pydoc_rest_corpus()
+    assert rest_test == text.pydoc_corpus()[1]
+    eight = {topics[name].strip()[i: i + 128] for name in text.TOPIC_CLASSES
+             for i in range(len(topics[name].strip()) - 127)}
+    assert not any(rest[i: i + 128] in eight for rest in (rest_train, rest_test) for i in range(len(rest) - 127))
+    kept = [name for name in text.pydoc_split()[0] if name not in text.REST_HELD_OUT]
+    assert rest_train == "\n\n".join(topics[name].strip() for name in kept) and 200_000 < len(rest_train) < 210_000
+    rest = get_dataset("pydoc-rest")
+    assert rest.task == "language-modeling" and rest.facts()["itos"] == TOPICS.facts()["itos"]
+    train, test = rest.read()
+    vocab = text.codec(rest.facts())
+    assert vocab.decode(train[0][0]) == rest_train[:128] and len(test) == len(get_dataset("pydoc").read()[1])
+
+
 def test_bpe_passages_and_a_block_too_long_for_a_topic():
     train, test = TOPICS.read(tokenizer="bpe", block_size=32)
     assert (len(train), len(test)) == (384, 256) and train[0][0].shape == (32,)

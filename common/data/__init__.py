@@ -176,6 +176,11 @@ DATASETS = {
                     description="the Python documentation topics pydoc_data ships (about 465,000 characters of "
                                 "English), character level or --tokenizer bpe, in blocks of 128 tokens; the last "
                                 "topics by name (10%) for test"),
+        DatasetSpec("pydoc-rest", "language-modeling", "tokens", partial(text.facts, dataset="pydoc-rest"),
+                    partial(text.load, dataset="pydoc-rest"), options=("block_size", "tokenizer", "vocab_size"),
+                    description=f"pydoc without the {len(text.TOPIC_CLASSES)} topics of pydoc-topics and the two that "
+                                f"repeat their text (its other training topics, about 203,000 characters; its test topics), pydoc's tokenizer: "
+                                f"pre-training text that holds no pydoc-topics passage"),
         DatasetSpec("pydoc-topics", "classification", "tokens", text.topics_facts, text.topics_load,
                     options=("block_size", "tokenizer", "vocab_size"),
                     description=f"passages of 128 tokens (pydoc's, as --dataset pydoc's) of "

@@ -15,8 +15,14 @@ in pydoc's tokens (see `topics_load`). Against pre-training: the eight topics al
 training split, none in its test split, so a model pre-trained on `pydoc` has read every passage here,
 training and test, as unlabelled text, never its label. Unlabelled text of the task's domain is GPT's
 setting; that the test passages are in it too is not (BooksCorpus held none of the tasks' test
-sets): pydoc's split is fixed and by whole topics, so holding them out of pre-training would take a
-pre-training corpus of its own.
+sets): pydoc's split is fixed and by whole topics, so `pydoc-rest` holds them out.
+
+`pydoc-rest` is pydoc without the eight topics: its training text is pydoc's training topics but
+REST_HELD_OUT (the eight, and the two that repeat their text: about 203,000 characters), its test text
+pydoc's; its tokenizer is pydoc's (the same ids,
+so that a model pre-trained on it fine-tunes on pydoc-topics; with --tokenizer bpe, merges learnt on
+pydoc's whole training text, the eight topics' included). A model pre-trained on it has read no
+passage of pydoc-topics, neither its training nor its test ones.
 
 `text` reads --data-dir: one UTF-8 text file, or a folder whose *.txt files (at any depth, in
 sorted order of their paths) are joined by blank lines. Its split is fixed too: training text up to
@@ -51,18 +57,40 @@ BPE_VOCAB_SIZE = 1024  # --vocab-size's default: 256 bytes and 768 merges
 
 
 @lru_cache(maxsize=1)
-def pydoc_corpus() -> tuple[str, str]:
-    """(training text, test text) of the pydoc topics: whole topics, split by name."""
+def pydoc_split() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names of pydoc's (training topics, test topics): in sorted order, the first ones (about
+    TRAIN_FRACTION of the characters) for training."""
     from pydoc_data.topics import topics
 
-    texts = [topics[name].strip() for name in sorted(topics)]
-    total, seen, split = sum(len(t) for t in texts), 0, len(texts)
-    for i, t in enumerate(texts):
+    names = sorted(topics)
+    total, seen, split = sum(len(topics[n].strip()) for n in names), 0, len(names)
+    for i, name in enumerate(names):
         if seen >= TRAIN_FRACTION * total:
             split = i
             break
-        seen += len(t)
-    return "\n\n".join(texts[:split]), "\n\n".join(texts[split:])
+        seen += len(topics[name].strip())
+    return tuple(names[:split]), tuple(names[split:])
+
+
+def _joined(names) -> str:
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name].strip() for name in names)
+
+
+@lru_cache(maxsize=1)
+def pydoc_corpus() -> tuple[str, str]:
+    """(training text, test text) of the pydoc topics: whole topics, split by name."""
+    train, test = pydoc_split()
+    return _joined(train), _joined(test)
+
+
+@lru_cache(maxsize=1)
+def pydoc_rest_corpus() -> tuple[str, str]:
+    """pydoc-rest's (training text, test text): pydoc's training topics but REST_HELD_OUT, and pydoc's
+    test text."""
+    train, test = pydoc_split()
+    return _joined(n for n in train if n not in REST_HELD_OUT), _joined(test)
 
 
 def text_files(data_dir: str | None) -> list[Path]:
@@ -114,10 +142,12 @@ def _folder_corpus(files: tuple[tuple[str, int, int], ...], where: str) -> tuple
 
 
 def corpus(data_dir: str | None = None, dataset: str = "pydoc") -> tuple[str, str]:
-    """(training text, test text) of a data set: pydoc's topics, or text's files (read again when
-    one changes: the cache is keyed by their names, sizes and times)."""
+    """(training text, test text) of a data set: pydoc's topics (all, or the rest), or text's files
+    (read again when one changes: the cache is keyed by their names, sizes and times)."""
     if dataset == "pydoc":
         return pydoc_corpus()
+    if dataset == "pydoc-rest":
+        return pydoc_rest_corpus()
     stats = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in text_files(data_dir))
     return _folder_corpus(stats, str(data_dir))
 
@@ -221,8 +251,9 @@ def _tokenizer(train: str, test: str, kind: str, vocab_size: int | None) -> Char
 
 def make_tokenizer(data_dir: str | None = None, tokenizer: str = "char", vocab_size: int | None = None,
                    dataset: str = "pydoc") -> CharVocab | ByteBPE:
-    """The data set's tokenizer: its characters, or a BPE trained on its training split."""
-    return tokenizer_of(corpus(data_dir, dataset), tokenizer, vocab_size)
+    """The data set's tokenizer: its characters, or a BPE trained on its training split (pydoc-rest's:
+    pydoc's, so that its ids are pydoc-topics')."""
+    return tokenizer_of(corpus(data_dir, "pydoc" if dataset == "pydoc-rest" else dataset), tokenizer, vocab_size)
 
 
 def tokenizer_of(texts: tuple[str, str], tokenizer: str = "char", vocab_size: int | None = None) -> CharVocab | ByteBPE:
@@ -265,7 +296,7 @@ class Blocks(Dataset):
 def load(data_dir: str | None = None, block_size: int | None = None, tokenizer: str = "char",
          vocab_size: int | None = None, dataset: str = "pydoc", **_) -> tuple[Blocks, Blocks]:
     """The training and test blocks of a data set's text."""
-    where = "pydoc" if dataset == "pydoc" else data_dir
+    where = dataset if dataset.startswith("pydoc") else data_dir
     return blocks_of(corpus(data_dir, dataset), make_tokenizer(data_dir, tokenizer, vocab_size, dataset),
                      block_size, dataset, (where, where))
 
@@ -298,6 +329,9 @@ def facts(data_dir: str | None = None, tokenizer: str = "char", vocab_size: int 
 # specialnames holds customization and attribute-access, which are. A label is the topic's index here.
 TOPIC_CLASSES = ("assignment", "attribute-access", "customization", "debugger", "formatstrings", "string-methods",
                  "types", "typesmapping")
+# pydoc-rest leaves out the eight and the training topics that share a passage of 128 characters with them:
+# augassign repeats assignment's, specialnames customization's and attribute-access' (tests check no other does).
+REST_HELD_OUT = TOPIC_CLASSES + ("augassign", "specialnames")
 TOPIC_TRAIN, TOPIC_TEST = 48, 32  # passages of each topic: its first ones for training, its last ones for test
 
 
