@@ -47,3 +47,32 @@ def test_every_tested_claim_is_in_its_note_and_in_readme(figure):
 
 def test_the_claims_are_found():
     assert len(SWEEPS) >= 10 and len(FIGURES) >= 6
+
+
+def test_densenets_parameter_fraction_is_read_off_its_curve(tmp_path):
+    """DenseNet's claim script on made-up results: DenseNets of 1,000 / 4,000 / 16,000 parameters at 0.3 /
+    0.5 / 0.7, ResNets of 6,000 and 24,000 at 0.4 and 0.6 (a DenseNet reaches those at 2,000 and 8,000: a
+    third) and one of 50,000 at 0.8 (beyond every DenseNet); seeds spread +-0.01 around each mean."""
+    import json
+
+    from papers.densenet.claims import params_figure
+
+    def runs(sweep_name, points):
+        for i, (params, acc) in enumerate(points):
+            for seed, noise in enumerate((-0.01, 0.0, 0.01)):
+                r = {"run_id": f"{sweep_name}-{i}-{seed}", "params": params, "final": acc + noise,
+                     "config": {"seed": seed, "model_kwargs": {"width": i}},
+                     "sweep": {"name": sweep_name, "combination": {"model-kwargs": f"width={i}", "seed": seed}}}
+                (tmp_path / f"{r['run_id']}.json").write_text(json.dumps(r))
+
+    runs("densenet-figure-3", [(1000, 0.3), (4000, 0.5), (16000, 0.7)])
+    runs("densenet-figure-3-resnet", [(6000, 0.4), (24000, 0.6), (50000, 0.8)])
+    assert params_figure.main(["--results-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "figure-3.json").read_text())
+    f = saved["fractions"]
+    assert abs(f[0]["fraction"] - 1 / 3) < 1e-9 and abs(f[1]["fraction"] - 1 / 3) < 1e-9 and f[2]["fraction"] is None
+    assert f[0]["low"] < 1 / 3 < f[0]["high"] and f[2]["drawn_in_range"] == 0
+    pairs = saved["pairs"]
+    assert [round(q["params_ratio"], 3) for q in pairs] == [6.0, 6.0, 3.125]
+    assert [round(q["difference"], 6) for q in pairs] == [-0.1, -0.1, -0.1] and pairs[0]["high"] < 0
+    assert (tmp_path / "figure-3.png").stat().st_size > 10_000

@@ -1,0 +1,143 @@
+"""DenseNet against ResNet, accuracy against parameters (Figure 3): the runs of the sweeps densenet-figure-3
+and densenet-figure-3-resnet (figure-3.yaml and figure-3-resnet.yaml beside this file), read from the
+results store; no run directory needed.
+
+    python -m papers.densenet.claims.params_figure [--results-dir results]
+
+Prints each width's parameters and mean test accuracy with its 95% interval; then the pairs fixed in
+figure-3.yaml before any run (each DenseNet against the ResNet with about twice its parameters: DenseNet
+minus ResNet, Welch's interval); then, for each ResNet, the parameters a DenseNet needs for the ResNet's
+mean accuracy (DenseNet's means joined by straight lines in log parameters) as a fraction of the ResNet's,
+with a bootstrap interval over the seeds (each width's seeds drawn again with replacement, 2,000 times: a
+rough interval with three seeds, said so in the note). Writes every run's number to figure-3.json and the
+figure to figure-3.png beside this file.
+"""
+
+import argparse
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+from common import seeds
+from common.leaderboard import local_results, sweep_runs
+
+HERE = Path(__file__).parent
+SWEEPS = {"densenet": "densenet-figure-3", "resnet": "densenet-figure-3-resnet"}
+NAMES = {"densenet": "DenseNet-BC-22", "resnet": "ResNet-20"}
+DRAWS = 2000
+
+
+def measure(results: list[dict]) -> dict:
+    """{model: [{setting, params, accuracies, run_ids}], by parameters} of both sweeps' runs."""
+    record = {}
+    for model, sweep in SWEEPS.items():
+        runs, _ = sweep_runs(results, sweep)
+        widths = {}
+        for r in sorted(runs, key=lambda r: r["config"]["seed"]):
+            setting = seeds.describe(r["config"]["model_kwargs"])
+            w = widths.setdefault(setting, {"setting": setting, "params": r["params"], "accuracies": [], "run_ids": []})
+            w["accuracies"].append(r["final"])
+            w["run_ids"].append(r["run_id"])
+        record[model] = sorted(widths.values(), key=lambda w: w["params"])
+    return record
+
+
+def params_for(accuracy: float, curve: list[tuple[int, float]]) -> float | None:
+    """The parameters at which a curve of (parameters, accuracy) points, joined by straight lines in log
+    parameters, first reaches `accuracy`; None where it never does or lies above it throughout."""
+    for (p0, a0), (p1, a1) in zip(curve, curve[1:]):
+        if min(a0, a1) <= accuracy <= max(a0, a1) and a0 != a1:
+            t = (accuracy - a0) / (a1 - a0)
+            return math.exp(math.log(p0) + t * (math.log(p1) - math.log(p0)))
+    return None
+
+
+def fractions(record: dict, accuracies: dict | None = None) -> list[float | None]:
+    """For each ResNet (by parameters), the DenseNet's parameters at its mean accuracy over its own."""
+    accuracies = accuracies or {m: [w["accuracies"] for w in record[m]] for m in record}
+    mean = lambda xs: sum(xs) / len(xs)
+    curve = [(w["params"], mean(a)) for w, a in zip(record["densenet"], accuracies["densenet"])]
+    out = []
+    for w, a in zip(record["resnet"], accuracies["resnet"]):
+        p = params_for(mean(a), curve)
+        out.append(None if p is None else p / w["params"])
+    return out
+
+
+def summary(record: dict) -> dict:
+    widths = [{"model": m, "setting": w["setting"], "params": w["params"], "runs": len(w["accuracies"]),
+               **dict(zip(("mean", "std", "n", "low", "high"), seeds.summarize(w["accuracies"])))}
+              for m in SWEEPS for w in record[m]]
+    pairs = []
+    for d, r in zip(record["densenet"], record["resnet"]):
+        diff, low, high = seeds.welch(d["accuracies"], r["accuracies"])
+        pairs.append({"densenet": d["setting"], "resnet": r["setting"], "params_ratio": r["params"] / d["params"],
+                      "difference": diff, "low": low, "high": high})
+    rng, drawn = random.Random(0), []
+    for _ in range(DRAWS):
+        again = {m: [rng.choices(w["accuracies"], k=len(w["accuracies"])) for w in record[m]] for m in record}
+        drawn.append(fractions(record, again))
+    ratios = []
+    for i, (w, f) in enumerate(zip(record["resnet"], fractions(record))):
+        found = sorted(d[i] for d in drawn if d[i] is not None)
+        ratios.append({"resnet": w["setting"], "fraction": f, "drawn_in_range": len(found) / DRAWS,
+                       "low": found[int(0.025 * len(found))] if found else None,
+                       "high": found[int(0.975 * len(found)) - 1] if found else None})
+    return {"widths": widths, "pairs": pairs, "fractions": ratios}
+
+
+def plot(record: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for model, widths in record.items():
+        params = [w["params"] for w in widths]
+        stats = [seeds.summarize(w["accuracies"]) for w in widths]
+        line = ax.errorbar(params, [s.mean for s in stats], marker="o", capsize=3,
+                           yerr=[[s.mean - s.low for s in stats], [s.high - s.mean for s in stats]],
+                           label=f"{NAMES[model]} ({', '.join(w['setting'] for w in widths)}; 95% interval)")
+        for w in widths:
+            ax.scatter([w["params"]] * len(w["accuracies"]), w["accuracies"], s=8, color=line[0].get_color(), alpha=0.6)
+    ax.set_xscale("log")
+    ax.set(xlabel="parameters", ylabel="test accuracy", title="Accuracy against parameters on the shapes (3 epochs)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m papers.densenet.claims.params_figure",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--results-dir", default="results", help="the results store holding both sweeps' runs")
+    p.add_argument("--out", default=str(HERE), help="where figure-3.json and figure-3.png go")
+    args = p.parse_args(argv)
+    record = measure(local_results(args.results_dir))
+    result = summary(record)
+    out = Path(args.out)
+    (out / "figure-3.json").write_text(json.dumps({"runs": record, **result}, indent=1) + "\n")
+    plot(record, out / "figure-3.png")
+    print("| net | width | parameters | test accuracy (95% interval) |\n|---|---|---|---|")
+    for w in result["widths"]:
+        print(f"| {NAMES[w['model']]} | {w['setting']} | {w['params']:,} | {w['mean']:.3f} [{w['low']:.3f}, "
+              f"{w['high']:.3f}] ({w['runs']} seeds) |")
+    print("\n| DenseNet | ResNet | ResNet's parameters / DenseNet's | DenseNet minus ResNet |\n|---|---|---|---|")
+    for q in result["pairs"]:
+        print(f"| {q['densenet']} | {q['resnet']} | {q['params_ratio']:.2f} | {q['difference']:+.3f} "
+              f"[{q['low']:+.3f}, {q['high']:+.3f}] |")
+    print("\n| ResNet | DenseNet's parameters for its accuracy, as a fraction of its own |\n|---|---|")
+    for f in result["fractions"]:
+        at = "outside DenseNet's range" if f["fraction"] is None else f"{f['fraction']:.2f}"
+        spread = (f"[{f['low']:.2f}, {f['high']:.2f}] over the {f['drawn_in_range']:.0%} of draws in range"
+                  if f["low"] is not None else "no draw in range")
+        print(f"| {f['resnet']} | {at} {spread} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
