@@ -1,7 +1,8 @@
 """Rank finished runs: one table per (task, dataset), best first; or a sweep's combinations over seeds.
 
     python -m common.leaderboard [--paper P] [--dataset D] [--best-only] [--format table|markdown|csv|json]
-    python -m common.leaderboard --format markdown --best-only --write README.md
+    python -m common.leaderboard --format markdown --best-only --write docs/leaderboard.md
+    python -m common.leaderboard --format markdown --best-only --top 1 --write README.md
     python -m common.leaderboard --group-seeds [--paper P] [--dataset D]
     python -m common.leaderboard --sweep NAME [--metric M | --reach 'CURVE<=V'] [--versus PARAM]
     python -m common.leaderboard --sweep NAME --plot sweep.png [--curve train/error]
@@ -430,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper")
     p.add_argument("--dataset")
     p.add_argument("--best-only", action="store_true", help="each paper's best run")
+    p.add_argument("--top", type=int, metavar="N", help="the first N rows of each table")
     p.add_argument("--epochs", type=int, help="only runs of this many epochs (papers trained alike)")
     p.add_argument("--include-sweeps", action="store_true", help="rank the runs of sweeps with the others")
     p.add_argument("--group-seeds", action="store_true",
@@ -501,6 +503,8 @@ def main(argv: list[str] | None = None, api=None) -> int:
     try:
         if args.runs and not args.plot:
             raise ConfigError("--runs goes with --plot FILE")
+        if args.top is not None and args.top < 1:
+            raise ConfigError(f"--top {args.top}: give the number of rows to keep, 1 or more")
         if (args.metric or args.reach or args.versus or args.where) and not args.sweep:
             raise ConfigError("--metric, --reach, --versus and --where score a sweep's runs: add --sweep NAME")
         if args.plot and args.runs:
@@ -514,6 +518,7 @@ def main(argv: list[str] | None = None, api=None) -> int:
             text = sweep_main(args, results)
         else:
             tables = rank(results, args.paper, args.dataset, args.best_only, args.epochs, args.include_sweeps)
+            tables = {key: rows[:args.top] for key, rows in tables.items()} if args.top else tables
             if args.plot:
                 scatter(args.plot, tables)
             text = None if args.plot else (render_groups(group_seeds(tables), args.format) if args.group_seeds

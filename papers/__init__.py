@@ -2,7 +2,7 @@
 
 Each paper folder defines a `PAPER` spec; every one is imported here by name,
 so none can go missing silently. Adding a paper is one line in `PAPER_FOLDERS`
-(README.md, "Adding a paper"); code outside the repository (a test, a user's
+(docs/adding-a-paper.md); code outside the repository (a test, a user's
 own model) adds one with `register`.
 """
 

@@ -1,4 +1,4 @@
-"""README's "Adding a paper", followed to the letter on a copy of the repository.
+"""The steps of "Adding a paper" (docs/adding-a-paper.md), followed to the letter on a copy of the repository.
 
 The worked example in tests/example_paper/ (All-CNN: convolutions only, one input size, no batch
 norm, no mask code) becomes papers/allconv/, the registry gets its one line, and then, with nothing
@@ -25,7 +25,7 @@ def follow_the_readme(repo) -> None:
         shutil.copy(EXAMPLE / name, folder / name)
     registry = repo / "papers" / "__init__.py"
     text, added = re.subn(r'(PAPER_FOLDERS = \((?:\n    "\w+",)+)', r'\1\n    "allconv",', registry.read_text())
-    assert added == 1, "README's registry line is not where README says"
+    assert added == 1, "the registry line is not where docs/adding-a-paper.md says"
     registry.write_text(text)
 
 

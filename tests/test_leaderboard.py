@@ -41,6 +41,18 @@ def test_each_task_kind_ranks_its_own_way():
     assert list(leaderboard.rank(RESULTS, dataset="digits")) == [("classification", "digits")]
 
 
+def test_top_keeps_the_first_rows_of_each_table(tmp_path, capsys):
+    """README's block: each data set's best run (--best-only --top 1)."""
+    for r in RESULTS:
+        store_result(r, tmp_path)
+    assert leaderboard.main(["--results-dir", str(tmp_path), "--format", "json", "--best-only", "--top", "1"]) == 0
+    tables = json.loads(capsys.readouterr().out)
+    assert {k: [r["run_id"] for r in rows] for k, rows in tables.items()} == {
+        "classification / digits": ["b"], "regression / adding": ["e"]}
+    assert leaderboard.main(["--results-dir", str(tmp_path), "--top", "0"]) == 2
+    assert "--top 0" in capsys.readouterr().err
+
+
 def test_a_language_models_char_and_bpe_runs_each_keep_their_best_and_say_their_tokenizer():
     lm = dict(task="language-modeling", dataset="pydoc", metric="bits_per_char", higher_is_better=False)
     bpe = lambda vocab: {"paper": "gpt", "tokenizer": "bpe", "vocab_size": vocab}
