@@ -115,7 +115,12 @@ def parse_error(module: str, args: list[str]) -> str | None:
     if module is None:
         return f"shlex cannot split it: {args}"
     name = "common.config" if module == "train" else module
-    parser = importlib.import_module(name).build_parser()
+    try:
+        parser = importlib.import_module(name).build_parser()
+    except ModuleNotFoundError as e:
+        return f"no such tool: {e}"
+    except AttributeError:
+        return f"{name} has no build_parser() to parse its command line with"
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -160,7 +165,8 @@ def test_a_broken_command_is_reported_with_its_file_and_line(tmp_path):
         "```\npip install -r requirements.txt && python -m common.leaderboard --format nope\n"
         "/usr/bin/time -v python -m common.sweep sweeps/a.yaml --parallel 2\n"
         "python train.py --paper vit [--flavor tiny] [--ac {none,full}] ...\n"
-        "python train.py --paper vit --epochs 'three\n```\n"
+        "python train.py --paper vit --epochs 'three\n"
+        "python -m common.renamed_tool --flag\n```\n"
         "Outside a block: python train.py --not-checked\n")
     commands, skipped = doc_commands(tmp_path)
     assert [(str(w), n, args) for w, n, _, args, _ in commands][2:] == [
@@ -168,14 +174,16 @@ def test_a_broken_command_is_reported_with_its_file_and_line(tmp_path):
         ("papers/x/README.md", 3, ["sweeps/a.yaml", "--parallel", "2"]),
         ("papers/x/README.md", 4, ["--paper", "vit", "--flavor", "tiny", "--ac", "none"]),
         ("papers/x/README.md", 4, ["--paper", "vit", "--flavor", "tiny", "--ac", "full"]),
-        ("papers/x/README.md", 5, "No closing quotation")]
+        ("papers/x/README.md", 5, "No closing quotation"),
+        ("papers/x/README.md", 6, ["--flag"])]
     assert commands[1][:4] == (Path("README.md"), 5, "train", ["--paper", "vit", "--made-up-flag", "3"])
     assert skipped == []
     errors = broken(tmp_path)
-    assert len(errors) == 3
+    assert len(errors) == 4
     assert errors[0].startswith("README.md:5: torchrun") and "--made-up-flag" in errors[0]
     assert errors[1].startswith("papers/x/README.md:2: pip install") and "nope" in errors[1]
     assert errors[2].startswith("papers/x/README.md:5: python train.py") and "shlex" in errors[2]
+    assert errors[3].startswith("papers/x/README.md:6: python -m common.renamed_tool") and "no such tool" in errors[3]
 
 
 @pytest.mark.parametrize("text", ["python train.py --resume $RUN", "python train.py --paper <name>",
