@@ -502,7 +502,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n\n".join(tables)
 
 
-def main(argv: list[str] | None = None) -> str | int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.bench", description=__doc__.split("\n")[0])
     p.add_argument("--rows", default=",".join(r for r in ROWS if r not in ("h", "i")),
                    help="which rows, e.g. a,b; h (the memory of each layout); i (the loader); or batch (see "
@@ -519,7 +519,11 @@ def main(argv: list[str] | None = None) -> str | int:
                    "numbers mean nothing")
     p.add_argument("--target", type=float, default=0.95, help="row batch: the test metric to reach (default 0.95)")
     p.add_argument("--plot", help="row batch: where to draw its plot (PNG)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> str | int:
+    args = build_parser().parse_args(argv)
     args.rows = args.rows.split(",")
     alone = {"batch": "resnet,vit", "i": "vit,resnet"}.get(args.rows[0]) if len(args.rows) == 1 else None
     args.papers = (args.papers or alone or ",".join(BENCHED)).split(",")

@@ -29,7 +29,7 @@ from common.optim import build_optimizer
 from papers import get_paper
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.bench_memory", description=__doc__.split("\n")[0])
     p.add_argument("--paper", required=True)
     p.add_argument("--flavor", required=True)
@@ -45,7 +45,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--microbatches", type=int, help="default: --pp")
     p.add_argument("--ac", choices=AC_MODES, default="none")
     p.add_argument("--out", required=True, help="the JSON file rank 0 writes")
-    return p.parse_args(argv)
+    return p
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def batch(model, args, n: int, seed: int):

@@ -257,113 +257,150 @@ def _switch(p: argparse.ArgumentParser, flag: str, help: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every flag defaults to 'not given', so the paper's defaults can fill what the user left out."""
-    p = _Parser(prog="train.py", description="Train a paper's model with the shared trainer.",
+    """Every flag defaults to 'not given', so the paper's defaults can fill what the user left out.
+
+    The flags come in groups, as torchtitan's config sections: the run, the model, the data, the training
+    loop, the optimization, evaluation, parallelism, checkpoints, tracking and profiling."""
+    from common.data import DATASETS
+
+    folders = ", ".join(name for name, d in DATASETS.items() if d.reads_folder)
+    fetched = ", ".join(name for name, d in DATASETS.items() if d.fetch is not None)
+    p = _Parser(prog="train.py", description="Train a paper's model with the shared trainer. A flag left out "
+                "takes the paper's default, else TrainConfig's (common/config.py).",
                 argument_default=argparse.SUPPRESS, allow_abbrev=False)
-    _switch(p, "--list", help="list the papers and exit")
-    p.add_argument("--paper", help="which paper (see --list)")
-    p.add_argument("--flavor", help="model flavor; 'tiny' (default) or the paper's own sizes")
-    p.add_argument("--init", metavar="REF", help="start from a reference model's pretrained weights: timm:NAME, "
+
+    g = p.add_argument_group("run", "what to run, and where it goes")
+    _switch(g, "--list", help="list the papers and exit")
+    g.add_argument("--paper", help="which paper (see --list)")
+    g.add_argument("--out", help="the run directory, which must not hold a run yet (default "
+                   "runs/<paper>-<time>-<id>)")
+    g.add_argument("--rerun", metavar="RUN_ID_OR_DIR", help="run a finished run's config again, in a new run directory")
+
+    g = p.add_argument_group("model")
+    g.add_argument("--flavor", help="model flavor; 'tiny' (default) or the paper's own sizes")
+    g.add_argument("--init", metavar="REF", help="start from a reference model's pretrained weights: timm:NAME, "
                    "torchvision:NAME, or either as SOURCE:NAME@FILE (it takes the place of --flavor); or from a "
                    "finished run of the same paper, RUN_DIR: the tensors of --flavor's model that its "
                    "model.safetensors holds by name and shape (a pre-trained body; a new head stays new)")
-    p.add_argument("--model-kwargs", nargs="+", action=_ModelKwargs, metavar="KEY=VALUE",
+    g.add_argument("--model-kwargs", nargs="+", action=_ModelKwargs, metavar="KEY=VALUE",
                    help="override the flavor's constructor arguments, each value a Python literal or a plain "
                         "string (activation=tanh shortcut=none hidden_size=64)")
-    p.add_argument("--dataset", help="dataset name, or hf:NAME_OR_PATH[:CONFIG] for a Hugging Face data set (a "
+
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", help="dataset name, or hf:NAME_OR_PATH[:CONFIG] for a Hugging Face data set (a "
                    "save_to_disk folder, parquet or arrow files, or a Hub data set in the local cache); the paper's "
                    "default if left out")
-    p.add_argument("--data-dir", help="folder holding a real dataset (cifar10, mnist, fashion-mnist, imagefolder, "
-                   "text, tokens, pairs, coco), or for wds a pattern of shards ('DIR/train-{000000..000009}.tar'); for hf: "
-                   "data sets, the Hugging Face cache (default: datasets' own)")
-    _switch(p, "--download", help="fetch cifar10, mnist or fashion-mnist into --data-dir (default data/), or an hf: "
-            "Hub data set into the Hugging Face cache, first")
-    p.add_argument("--hf-split", metavar="TRAIN[,TEST]", help="hf: data sets: the splits to train and test on "
+    g.add_argument("--data-dir", help=f"the folder (or file) that a data set read from disk is read from: "
+                   f"{folders}; for wds a pattern of shards ('DIR/train-{{000000..000009}}.tar'); for hf: data "
+                   f"sets, the Hugging Face cache (default: datasets' own)")
+    _switch(g, "--download", help=f"fetch {fetched} into --data-dir (default data/), or an hf: Hub data set into "
+            f"the Hugging Face cache, first")
+    g.add_argument("--hf-split", metavar="TRAIN[,TEST]", help="hf: data sets: the splits to train and test on "
                    "(default train,test, or the only split cut 80/20); one name: that split cut 80/20 into train and "
                    "test")
-    p.add_argument("--hf-columns", metavar="ROLE=COLUMN,...", help="hf: data sets: the columns to read, which set the "
+    g.add_argument("--hf-columns", metavar="ROLE=COLUMN,...", help="hf: data sets: the columns to read, which set the "
                    "task: image=COL,label=COL (classification), text=COL (language modeling) or source=COL,target=COL "
                    "(seq2seq); default: from the column names (image or img and label; text; source and target)")
-    p.add_argument("--train-fraction", type=fraction_arg, metavar="F",
+    g.add_argument("--train-fraction", type=fraction_arg, metavar="F",
                    help="train on a fixed share F of the training split (the same samples for every seed; "
                         "a smaller share is part of a larger one); the test split is whole")
-    p.add_argument("--image-size", type=positive_int, help="resize images to N x N (real image data sets)")
-    p.add_argument("--pad-multiple", type=positive_int, help="round padded sizes up to a multiple of N")
-    p.add_argument("--bucketing", choices=BUCKETING, help="size: batch samples of similar size together")
-    p.add_argument("--epochs", type=positive_int)
-    p.add_argument("--max-steps", type=positive_int, help="stop after this many optimizer steps")
-    p.add_argument("--batch-size", type=batch_size_arg,
-                   help="global batch, whatever the number of processes; auto: the largest that fits")
-    p.add_argument("--recipe", choices=RECIPES, help="repo (default): AdamW, warmup, cosine; paper: the paper's own")
-    p.add_argument("--optimizer", choices=OPTIMIZERS)
-    p.add_argument("--lr", type=positive_float, help="peak learning rate")
-    p.add_argument("--momentum", type=non_negative_float, help="sgd's and rmsprop's momentum")
-    _switch(p, "--nesterov", help="sgd with Nesterov momentum")
-    p.add_argument("--weight-decay", type=non_negative_float)
-    p.add_argument("--warmup-steps", type=non_negative_int)
-    p.add_argument("--lr-scaling", choices=LR_SCALINGS,
-                   help="the learning rate follows the batch size from the paper's default batch: linear (default; "
-                        "Goyal et al., with a warmup of at least 5 epochs when it grows), sqrt, or none")
-    p.add_argument("--schedule", choices=SCHEDULES, help="after warmup: cosine, step, exponential, constant; noam: the Transformer's "
-                   "warmup then 1/sqrt(step) decay")
-    p.add_argument("--milestones", help="step schedule: fractions of the run where lr is multiplied by gamma")
-    p.add_argument("--gamma", type=positive_float, help="step: the factor at each milestone; exponential: per epoch")
-    p.add_argument("--gammas", help="step: one factor per milestone, e.g. 0.4,0.5 (instead of one gamma)")
-    p.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
-    p.add_argument("--label-smoothing", type=non_negative_float)
-    p.add_argument("--block-size", type=positive_int, help="language modeling: tokens a sample reads (default 128)")
-    p.add_argument("--seq-len", type=positive_int, metavar="T",
+    g.add_argument("--image-size", type=positive_int, help="resize images to N x N (image data sets but the "
+                   "detection ones)")
+    g.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
+    g.add_argument("--pad-multiple", type=positive_int, help="round padded sizes up to a multiple of N")
+    g.add_argument("--bucketing", choices=BUCKETING, help="size: batch samples of similar size together")
+    g.add_argument("--block-size", type=positive_int, help="text data sets: tokens a sample reads (default: the "
+                   "data set's, 128)")
+    g.add_argument("--seq-len", type=positive_int, metavar="T",
                    help="generated sequences (adding-1997): the minimal length T (default 100)")
-    p.add_argument("--tokenizer", choices=TOKENIZERS, help="language modeling: char (default), or bpe: a byte-level "
-                   "BPE trained on the training split, saved in the run directory as tokenizer.json")
-    p.add_argument("--vocab-size", type=positive_int, help=f"--tokenizer bpe: its vocabulary, 256 bytes and the merges "
-                   f"(default {BPE_VOCAB_SIZE})")
-    p.add_argument("--beam", type=positive_int, help="seq2seq: evaluate by beam search of this width (default 1: greedy)")
-    p.add_argument("--length-penalty", type=non_negative_float,
+    g.add_argument("--tokenizer", choices=TOKENIZERS, help="text data sets but tokens (whose meta.json holds its "
+                   "own): char (default), or bpe: a byte-level BPE trained on the training split, saved in the run "
+                   "directory as tokenizer.json")
+    g.add_argument("--vocab-size", type=positive_int, help=f"--tokenizer bpe: its vocabulary, 256 bytes and the "
+                   f"merges (default {BPE_VOCAB_SIZE})")
+    g.add_argument("--num-workers", type=non_negative_int, help="DataLoader worker processes")
+
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=positive_int, help="passes over the training split")
+    g.add_argument("--max-steps", type=positive_int, help="stop after this many optimizer steps")
+    g.add_argument("--batch-size", type=batch_size_arg,
+                   help="global batch, whatever the number of processes; auto: the largest that fits")
+    g.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
+    g.add_argument("--precision", choices=PRECISIONS, help="fp32 (default); bf16 or fp16: autocast (fp16 with a "
+                   "gradient scaler, CUDA only)")
+    g.add_argument("--label-smoothing", type=non_negative_float, help="tasks with classes: the smoothing of the "
+                   "training loss (default 0)")
+    g.add_argument("--seed", type=non_negative_int)
+    g.add_argument("--nonfinite", choices=NONFINITE, help="a NaN or infinite loss: stop (default; exit code 65) or "
+                   "skip that step's update on every rank")
+    g.add_argument("--nonfinite-patience", type=positive_int, help="with --nonfinite skip: stop after this many "
+                   "skipped steps in a row (default 10)")
+
+    g = p.add_argument_group("optimization")
+    g.add_argument("--recipe", choices=RECIPES, help="repo (default): the paper's defaults here (mostly AdamW, warmup, "
+                   "cosine); paper: the paper's own (PaperSpec.recipe)")
+    g.add_argument("--optimizer", choices=OPTIMIZERS)
+    g.add_argument("--lr", type=positive_float, help="peak learning rate")
+    g.add_argument("--lr-scaling", choices=LR_SCALINGS,
+                   help="the learning rate follows the batch size from the paper's (or its recipe's) batch: linear "
+                        "(default; Goyal et al., with a warmup of at least 5 epochs when it grows), sqrt, or none")
+    g.add_argument("--momentum", type=non_negative_float, help="sgd's and rmsprop's momentum")
+    _switch(g, "--nesterov", help="sgd with Nesterov momentum")
+    g.add_argument("--weight-decay", type=non_negative_float)
+    g.add_argument("--clip-grad", type=non_negative_float, help="max gradient norm; 0 turns it off")
+    g.add_argument("--warmup-steps", type=non_negative_int)
+    g.add_argument("--schedule", choices=SCHEDULES, help="after warmup: cosine, step, exponential, constant; noam: "
+                   "the Transformer's warmup then 1/sqrt(step) decay")
+    g.add_argument("--milestones", help="step schedule: fractions of the run where lr is multiplied by gamma")
+    g.add_argument("--gamma", type=positive_float, help="step: the factor at each milestone; exponential: per epoch")
+    g.add_argument("--gammas", help="step: one factor per milestone, e.g. 0.4,0.5 (instead of one gamma)")
+
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--beam", type=positive_int, help="seq2seq: evaluate by beam search of this width (default 1: "
+                   "greedy)")
+    g.add_argument("--length-penalty", type=non_negative_float,
                    help="beam search: rank by log p / ((5 + length) / 6)^ALPHA (the Transformer's 0.6; default 0)")
-    p.add_argument("--seed", type=non_negative_int)
-    p.add_argument("--precision", choices=PRECISIONS)
-    p.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
-    p.add_argument("--clip-grad", type=non_negative_float, help="max gradient norm; 0 turns it off")
-    p.add_argument("--strategy", choices=STRATEGIES, help="auto: ddp under torchrun with >1 process, else single")
-    p.add_argument("--dp-replicate", type=positive_int, help="data parallel: copies of the model that average "
+
+    g = p.add_argument_group("parallelism", "applied in common/parallel.py in one order: tensor parallel, "
+                             "activation checkpointing, compile, then the data-parallel wrapping")
+    g.add_argument("--strategy", choices=STRATEGIES, help="auto: ddp under torchrun with >1 process, else single")
+    g.add_argument("--dp-replicate", type=positive_int, help="data parallel: copies of the model that average "
                    "their gradients (with --dp-shard: HSDP); the mesh's sizes multiply to the processes")
-    p.add_argument("--dp-shard", type=positive_int, help="data parallel: ranks that shard the model, its gradients "
+    g.add_argument("--dp-shard", type=positive_int, help="data parallel: ranks that shard the model, its gradients "
                    "and optimizer state (FSDP2)")
-    p.add_argument("--tp", type=positive_int, help="tensor parallel: split the linear layers of the paper's tp_plan "
+    g.add_argument("--tp", type=positive_int, help="tensor parallel: split the linear layers of the paper's tp_plan "
                    "over this many neighbouring processes (vit, gpt, transformer)")
-    _switch(p, "--sequence-parallel", help="with --tp: split the positions between the split layers (the norms, "
+    _switch(g, "--sequence-parallel", help="with --tp: split the positions between the split layers (the norms, "
             "residual adds and dropouts) over the ranks too (pre-norm blocks: vit, gpt's GPT-2 flavors)")
-    p.add_argument("--pp", type=positive_int, help="pipeline parallel: cut the paper's blocks into stages on this "
+    g.add_argument("--pp", type=positive_int, help="pipeline parallel: cut the paper's blocks into stages on this "
                    "many processes, the embedding with the first, the head and loss with the last (gpt, resnet, vgg, "
                    "vit)")
-    p.add_argument("--pp-schedule", choices=PP_SCHEDULES, help="with --pp: gpipe, 1f1b (default) or interleaved "
+    g.add_argument("--pp-schedule", choices=PP_SCHEDULES, help="with --pp: gpipe, 1f1b (default) or interleaved "
                    "(two stages per process)")
-    p.add_argument("--microbatches", type=positive_int, help="with --pp: pieces of each process's batch that flow "
+    g.add_argument("--microbatches", type=positive_int, help="with --pp: pieces of each process's batch that flow "
                    "through the stages (default: --pp)")
-    p.add_argument("--ac", choices=AC_MODES, help="activation checkpointing: each of the paper's blocks (full) or every "
-                   "other block (selective) recomputes its activations in backward (default none)")
-    p.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
-    p.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
-    p.add_argument("--nonfinite", choices=NONFINITE, help="a NaN or infinite loss: stop (default; exit code 65) or "
-                   "skip that step's update on every rank")
-    p.add_argument("--nonfinite-patience", type=positive_int, help="with --nonfinite skip: stop after this many "
-                   "skipped steps in a row (default 10)")
-    p.add_argument("--time-limit", metavar="HH:MM:SS", help="stop with a checkpoint (exit code 75) before this much "
+    g.add_argument("--ac", choices=AC_MODES, help="activation checkpointing: each of the paper's blocks (full) or "
+                   "every other block (selective) recomputes its activations in backward (default none)")
+    _switch(g, "--compile", help="torch.compile the model")
+    g.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode (with --compile)")
+    g.add_argument("--compile-backend", choices=COMPILE_BACKENDS, help="torch.compile backend (with --compile; eager "
+                   "and aot_eager check tracing only)")
+
+    g = p.add_argument_group("checkpoints")
+    g.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
+    g.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints (default: each epoch's end)")
+    g.add_argument("--keep-ckpts", type=positive_int, help="newest checkpoints to keep (default 2)")
+    g.add_argument("--time-limit", metavar="HH:MM:SS", help="stop with a checkpoint (exit code 75) before this much "
                    "wall time has passed since the start, as SIGTERM and SIGUSR1 do (a job's limit)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its latest complete checkpoint")
-    _switch(p, "--compile", help="torch.compile the model")
-    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode (with --compile)")
-    p.add_argument("--compile-backend", choices=COMPILE_BACKENDS, help="torch.compile backend (with --compile)")
-    p.add_argument("--out", help="run directory (must not hold a run yet)")
-    p.add_argument("--results-dir", help="the results store finished runs are added to (default results/)")
-    p.add_argument("--rerun", metavar="RUN_ID_OR_DIR", help="run a finished run's config again, in a new run directory")
-    p.add_argument("--wandb", choices=WANDB_MODES, help="auto: online with an API key, else offline")
-    p.add_argument("--wandb-project")
-    p.add_argument("--log-every", type=positive_int, help="optimizer steps between logged losses")
-    p.add_argument("--num-workers", type=non_negative_int, help="DataLoader worker processes")
-    p.add_argument("--profile", type=non_negative_int, metavar="N",
-                   help="record N training steps with torch.profiler (after 2 warm-up steps)")
+
+    g = p.add_argument_group("tracking and profiling")
+    g.add_argument("--results-dir", help="the results store finished runs are added to (default results/)")
+    g.add_argument("--wandb", choices=WANDB_MODES, help="auto: online with an API key, else offline")
+    g.add_argument("--wandb-project")
+    g.add_argument("--log-every", type=positive_int, help="optimizer steps between logged losses")
+    g.add_argument("--profile", type=non_negative_int, metavar="N",
+                   help="record N training steps with torch.profiler (after 2 warm-up steps) into the run "
+                        "directory's profile/")
     return p
 
 

@@ -145,7 +145,7 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, type=Path, help="a finished run directory")
     p.add_argument("--batch-size", type=int, default=32)
@@ -157,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--areas", nargs=2, type=float, metavar=("SMALL", "LARGE"),
                    help="detection: objects under SMALL pixels of area are small, over LARGE large "
                         "(COCO: 1024 and 9216)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         kwargs = parse_model_kwargs(args.model_kwargs)

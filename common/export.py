@@ -303,7 +303,7 @@ def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Pat
 # ---------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.export", description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="a finished run directory: its config and final weights")
@@ -314,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-size", type=int, help="with --paper, for resizable data sets")
     p.add_argument("--out", help="the ONNX file (default RUN_DIR/model.onnx, or model.onnx)")
     p.add_argument("--samples", type=int, default=0, help="also write N test images next to it, in samples/")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.run:
             model, cfg = load_run(Path(args.run))

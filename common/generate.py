@@ -56,7 +56,7 @@ def generate(model, prompt: list[int], tokens: int, temperature: float = 1.0, to
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.generate", description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a finished language-modeling run directory")
     p.add_argument("--prompt", default="", help="the text to continue")
@@ -64,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0, help="draw from the k most likely tokens (0: all)")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         model, _, facts = load_run_of(Path(args.run), "language-modeling", "generate")
     except ConfigError as e:

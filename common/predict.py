@@ -206,7 +206,7 @@ def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: fl
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.predict", description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--onnx", help="a model.onnx written by python -m common.export")
@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, help="onnxruntime threads (default: its own choice)")
     p.add_argument("--out", default="predictions", help="detection: the folder for the drawn images")
     p.add_argument("--threshold", type=float, default=0.5, help="detection: the lowest score drawn")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         predictor = None if args.run else Predictor(args.onnx, args.threads)
         if predictor is None or predictor.detects:

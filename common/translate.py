@@ -89,14 +89,18 @@ def draw_attention(attention: torch.Tensor, source: list[str], output: list[str]
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.translate", description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a finished seq2seq run directory")
     p.add_argument("texts", nargs="+", help="source texts to translate")
     p.add_argument("--beam", type=int, default=1, help="beam search of this width (default 1: greedy)")
     p.add_argument("--length-penalty", type=float, default=0.0, help="beam search's alpha (0: none)")
     p.add_argument("--attention", help="the attention picture's file (with several texts, -<k> is added)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         model, _, facts = load_run_of(Path(args.run), "seq2seq", "translate")
     except ConfigError as e:

@@ -93,11 +93,15 @@ def pretrain(steps: int = STEPS, seed: int = SEED) -> tuple[Classifier, float]:
     return model, accuracy
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Pretrain DETR tiny's backbone on the digits (see the docstring).")
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--out", default=str(Path(BACKBONE_DIR) / WEIGHTS))
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     start = time.perf_counter()
     model, accuracy = pretrain(args.steps)
     save_file({k: v.contiguous() for k, v in model.backbone.state_dict().items()}, args.out)

@@ -121,10 +121,14 @@ def plot(rows: list[dict], record: dict, out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m papers.bahdanau.claims.length", description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="where the sweep's results are (their run_dir: the runs)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         record = measure(args.results_dir)
     except ConfigError as e:

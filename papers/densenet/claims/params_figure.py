@@ -111,12 +111,16 @@ def plot(record: dict, out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m papers.densenet.claims.params_figure",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="the results store holding both sweeps' runs")
     p.add_argument("--out", default=str(HERE), help="where figure-3.json and figure-3.png go")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     record = measure(local_results(args.results_dir))
     result = summary(record)
     out = Path(args.out)

@@ -97,13 +97,17 @@ def plot(rows: list[dict], record: dict, areas: tuple[float, float], out: Path) 
     fig.savefig(out, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m papers.detr.claims.object_size",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="where the sweeps' results are (their run_dir: the runs)")
     p.add_argument("--summary-only", action="store_true",
                    help="no evaluation: the table and figure again from object-size.json's numbers")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.summary_only:  # the runs' numbers as the last full run wrote them
         saved = json.loads((HERE / "object-size.json").read_text())
         areas, record = tuple(saved["areas"]), saved["runs"]

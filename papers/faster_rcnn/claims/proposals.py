@@ -71,11 +71,15 @@ def plot(rows: list[dict], record: dict, out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m papers.faster_rcnn.claims.proposals",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="where the sweep's results are (their run_dir: the runs)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     record = measure(args.results_dir)
     rows = summary(record)
     (HERE / "proposals.json").write_text(json.dumps(record | {"summary": rows}, indent=1) + "\n")
