@@ -10,12 +10,11 @@ from common.preemption import EXIT_PREEMPTED, Preempted  # first: its clock coun
 
 
 def print_papers() -> None:
-    from papers import get_paper, list_papers
+    from papers import catalog  # what the papers' specs say, read without importing them (or torch)
 
     rows = [("name", "family", "year", "flavors", "title")]
-    for name in list_papers():
-        spec = get_paper(name)
-        rows.append((spec.name, spec.family, str(spec.year), ", ".join(spec.flavors), spec.title))
+    for paper in catalog.read():
+        rows.append((paper["name"], paper["family"], str(paper["year"]), ", ".join(paper["flavors"]), paper["title"]))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
@@ -33,17 +32,47 @@ def tell_torchrun(line: str) -> None:
             json.dump({"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}, f)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from common.config import build_parser, resolve, resolve_rerun, resolve_resume, validate, world_size_from_env
-    from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
+def main(argv: list[str] | None = None, record_errors: bool = False) -> int:
+    """Parse, then train. Nothing before the training itself imports torch: --help, --list and a
+    mistyped flag answer at once.
+
+    Args:
+        record_errors: under torchrun, an unexpected exception's traceback goes to its "Root Cause"
+            block too (torch.distributed.elastic's `record`).
+    """
+    from common.config import build_parser
+    from common.errors import ConfigError
 
     argv = sys.argv[1:] if argv is None else argv
-    is_main = os.environ.get("RANK", "0") == "0"
     try:
         flags = vars(build_parser().parse_args(argv))
-        if flags.pop("list", False):
-            print_papers()
-            return 0
+    except ConfigError as e:
+        return refuse(e)
+    if flags.pop("list", False):
+        print_papers()
+        return 0
+    run = configure_and_train
+    if record_errors:
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        run = record(run)
+    return run(flags, argv)
+
+
+def refuse(e: Exception) -> int:
+    """A mistake in the user's input: one line on stderr (rank 0's), exit code 2."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"train.py: error: {e}", file=sys.stderr)
+    tell_torchrun(f"train.py: error: {e}")
+    return 2
+
+
+def configure_and_train(flags: dict, argv: list[str]) -> int:
+    from common.config import resolve, resolve_rerun, resolve_resume, validate, world_size_from_env
+    from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
+
+    is_main = os.environ.get("RANK", "0") == "0"
+    try:
         resuming = "resume" in flags
         if "rerun" in flags:
             cfg, warning = resolve_rerun(flags)
@@ -58,10 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
         train(cfg, argv, resume=resuming)
     except ConfigError as e:  # checked before any process group starts: every rank stops here, alike
-        if is_main:
-            print(f"train.py: error: {e}", file=sys.stderr)
-        tell_torchrun(f"train.py: error: {e}")
-        return 2
+        return refuse(e)
     except NonFinite as e:  # --nonfinite: the line names the step, the value and the last good checkpoint
         if is_main:
             print(f"train.py: error: {e}", file=sys.stderr, flush=True)
@@ -75,6 +101,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from torch.distributed.elastic.multiprocessing.errors import record
-
-    sys.exit(record(main)())  # an unexpected exception's traceback goes to torchrun's Root Cause block too
+    sys.exit(main(record_errors=True))

@@ -20,10 +20,10 @@ import weakref
 
 import torch
 import torch.nn as nn
-from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
-AC_MODES = ("none", "full", "selective")
+from common.choices import AC_MODES
+from common.dtensor import is_dtensor
 
 
 def checkpointed_blocks(model: nn.Module, shard_blocks: str | None, mode: str) -> list[nn.Module]:
@@ -56,7 +56,7 @@ def _recomputed(forward):
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    return t._local_tensor if isinstance(t, DTensor) else t
+    return t._local_tensor if is_dtensor(t) else t
 
 
 def _is_parameter(t: torch.Tensor) -> bool:

@@ -16,7 +16,7 @@ import torch
 CPU_BUDGET_BYTES = 2 * 2**30  # 2 GiB per process
 MAX_BATCH = 4096
 MIN_STEPS_PER_EPOCH = 20  # auto's floor: optimizer steps every epoch keeps
-LR_SCALINGS = ("linear", "sqrt", "none")
+from common.choices import LR_SCALINGS
 WARMUP_EPOCHS = 5  # Goyal et al.'s gradual warmup, when the learning rate is scaled up
 
 

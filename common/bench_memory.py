@@ -14,19 +14,20 @@ state and the activations a forward keeps for backward, and the median seconds o
 first.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+from common.choices import AC_MODES, PP_SCHEDULES
 
-from common import mesh, parallel, pipeline
-from common.activations import AC_MODES, SavedActivations, apply_checkpointing
-from common.optim import build_optimizer
-from papers import get_paper
+# torch and the trainer's pieces are imported in the functions that use them: --help imports no torch
+if TYPE_CHECKING:
+    import torch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dp-shard", type=int)
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--pp-schedule", choices=pipeline.SCHEDULES, default="1f1b")
+    p.add_argument("--pp-schedule", choices=PP_SCHEDULES, default="1f1b")
     p.add_argument("--microbatches", type=int, help="default: --pp")
     p.add_argument("--ac", choices=AC_MODES, default="none")
     p.add_argument("--out", required=True, help="the JSON file rank 0 writes")
@@ -54,6 +55,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def batch(model, args, n: int, seed: int):
     """n random samples of the model's kind, and their targets: next tokens, or classes."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     if hasattr(model, "vocab_size"):
         tokens = torch.randint(0, model.vocab_size, (n, args.block + 1), generator=g)
@@ -64,11 +67,20 @@ def batch(model, args, n: int, seed: int):
 
 
 def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    import torch.nn.functional as F
+
     return F.cross_entropy(logits.flatten(0, -2), targets.flatten())
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    import torch
+
+    from common import mesh, parallel, pipeline
+    from common.activations import SavedActivations, apply_checkpointing
+    from common.optim import build_optimizer
+    from papers import get_paper
+
     env = parallel.setup()
     try:
         strategy = parallel.resolve_strategy(args.strategy, env.world_size)

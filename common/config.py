@@ -18,18 +18,13 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from common.activations import AC_MODES
-from common.pipeline import SCHEDULES as PP_SCHEDULES
-from common.preemption import parse_time_limit
-from common.batchsize import LR_SCALINGS
-from common.data import HF_PREFIX
-from common.data.text import BPE_VOCAB_SIZE, TOKENIZERS
+from common.choices import (AC_MODES, BPE_VOCAB_SIZE, FETCHED, HF_PREFIX, LR_SCALINGS, OPTIMIZERS, PP_SCHEDULES,
+                            READS_FOLDER, SCHEDULES, STRATEGIES, TOKENIZERS)
 from common.errors import ConfigError
-from common.mesh import resolve as resolve_layout
-from common.optim import OPTIMIZERS, SCHEDULES, parse_gammas, parse_milestones
-from common.parallel import STRATEGIES, resolve_strategy
+from common.preemption import parse_time_limit
+
+# Nothing above imports torch: --help and a mistyped flag are answered at once (docs/performance.md).
+# What checks a value by building something (validate) imports it there.
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 NONFINITE = ("stop", "skip")  # what a NaN or infinite loss does
@@ -261,10 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     The flags come in groups, as torchtitan's config sections: the run, the model, the data, the training
     loop, the optimization, evaluation, parallelism, checkpoints, tracking and profiling."""
-    from common.data import DATASETS
-
-    folders = ", ".join(name for name, d in DATASETS.items() if d.reads_folder)
-    fetched = ", ".join(name for name, d in DATASETS.items() if d.fetch is not None)
+    folders, fetched = ", ".join(READS_FOLDER), ", ".join(FETCHED)
     p = _Parser(prog="train.py", description="Train a paper's model with the shared trainer. A flag left out "
                 "takes the paper's default, else TrainConfig's (common/config.py).",
                 argument_default=argparse.SUPPRESS, allow_abbrev=False)
@@ -503,8 +495,13 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         resuming: the run continues in cfg.out (--resume, or a torchrun restart), which
             may therefore already hold it.
     """
+    import torch
+
     from common.data import DATASETS, download, get_dataset, options
     from common.data.augment import parse as parse_augment
+    from common.mesh import resolve as resolve_layout
+    from common.optim import parse_gammas, parse_milestones
+    from common.parallel import resolve_strategy
     from common.pretrained import build_model, check_run, is_run
     from papers import get_paper
 

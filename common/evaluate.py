@@ -16,19 +16,22 @@ detections scoring at least `--threshold` (right) as PNG files in `RUN_DIR/eval/
 640 x 480 photographs rather than small canvases.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from common.config import parse_model_kwargs
-from common.data import dataset_for, eval_loader, options
-from common.data.collate import to_device
 from common.errors import ConfigError
 from common.export import load_run
-from common.tasks import get_task
+
+# Nothing above imports torch: --help and a mistyped flag are answered at once. evaluate_run and draw
+# import torch, the data sets and the tasks where they use them.
+if TYPE_CHECKING:
+    import torch
 
 ZOOM = 4  # drawn test images are enlarged this many times
 
@@ -87,6 +90,7 @@ def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: st
          ) -> torch.Tensor:
     """An image (3, H, W) in [0, 1] with its boxes and their labels drawn on, as uint8, enlarged zoom
     times (nearest pixel) so that the labels of small images can be read."""
+    import torch
     from torchvision.utils import draw_bounding_boxes
 
     image = torch.nn.functional.interpolate(image[None], scale_factor=zoom, mode="nearest")[0] if zoom > 1 else image
@@ -99,6 +103,12 @@ def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: st
 
 def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold: float = 0.5,
                  model_kwargs: dict | None = None, areas: tuple[float, float] | None = None) -> dict[str, float]:
+    import torch
+
+    from common.data import dataset_for, eval_loader, options
+    from common.data.collate import to_device
+    from common.tasks import get_task
+
     model, cfg = load_run(run_dir, model_kwargs)
     if areas and dataset_for(cfg).task != "detection":
         raise ConfigError(f"--areas scores detections by object size; {run_dir} trained {cfg.paper} on {cfg.dataset}")

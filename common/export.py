@@ -23,25 +23,29 @@ file's metadata under "paper_study", for common.predict. `--samples N` also
 writes N test images as PNG files to try it on.
 """
 
+from __future__ import annotations
+
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
 import warnings
 from pathlib import Path
-
-import numpy as np
-import torch
-import torch.nn as nn
-from torch.export import Dim
+from typing import TYPE_CHECKING
 
 from common.config import TrainConfig, check_model_kwargs, describe_kwargs, resolve, validate
 from common.errors import ConfigError
-from common.pretrained import build_model
-from common.data import dataset_for, options
 from common.tracking import git_commit
 from papers import get_paper
+
+# Nothing above imports torch (nor numpy): --help and a mistyped flag are answered at once. torch, the
+# data sets and the models are imported by the functions that use them.
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    import torch.nn as nn
 
 TOLERANCE = 1e-4
 EXAMPLE_STEPS = 8  # sequence length of the example and checked inputs (and about 1.5x it)
@@ -56,34 +60,45 @@ class ExportError(RuntimeError):
 # ---------------------------------------------------------------- models and inputs
 
 
-class Detector(nn.Module):
-    """A detection model as its ONNX file runs it: `detect(images, mask)`, the fixed-shape tensors
-    boxes (B, N, 4) x1 y1 x2 y2 in each image's pixels, scores (B, N) and labels (B, N), where
-    forward gives a list of per-image dicts (which torch.export cannot return for a dynamic batch).
+@functools.cache
+def detector_class() -> type[nn.Module]:
+    """The class Detector, defined on first use (it is an nn.Module, and this module imports torch only
+    where it is needed)."""
+    import torch.nn as nn
 
-    Args:
-        model: a detection model with `detect(images, mask)` (DETR's).
-    """
+    class Detector(nn.Module):
+        """A detection model as its ONNX file runs it: `detect(images, mask)`, the fixed-shape tensors
+        boxes (B, N, 4) x1 y1 x2 y2 in each image's pixels, scores (B, N) and labels (B, N), where
+        forward gives a list of per-image dicts (which torch.export cannot return for a dynamic batch).
 
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        if not callable(getattr(model, "detect", None)):
-            raise ValueError(f"{type(model).__name__} has no detect(images, mask) giving boxes, scores and labels "
-                             "as tensors of fixed shape, which an ONNX graph returns")
-        self.model = model
+        Args:
+            model: a detection model with `detect(images, mask)` (DETR's).
+        """
 
-    def forward(self, images: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self.model.detect(images, mask)
+        def __init__(self, model: nn.Module):
+            super().__init__()
+            if not callable(getattr(model, "detect", None)):
+                raise ValueError(f"{type(model).__name__} has no detect(images, mask) giving boxes, scores and "
+                                 "labels as tensors of fixed shape, which an ONNX graph returns")
+            self.model = model
+
+        def forward(self, images: torch.Tensor, mask: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            return self.model.detect(images, mask)
+
+    return Detector
 
 
 def graph(model: nn.Module, detection: bool = False) -> nn.Module:
     """The module whose forward the ONNX graph is: the model, or for detection its Detector."""
-    return Detector(model).train(model.training) if detection else model
+    return detector_class()(model).train(model.training) if detection else model
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
     """Perturb every parameter and batch-norm statistic, so that a check with random weights cannot
     pass on a trivially zero output (the heads start at zero)."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
@@ -99,6 +114,9 @@ def load_run(run_dir: Path, model_kwargs: dict | None = None) -> tuple[nn.Module
     run's --model-kwargs, and `model_kwargs` over them (arguments that change how the trained weights
     compute, not their shapes: a detector's proposals at test time, say; the config returned has them)."""
     from safetensors.torch import load_file
+
+    from common.data import dataset_for, options
+    from common.pretrained import build_model
 
     config, weights = run_dir / "config.json", run_dir / "model.safetensors"
     if not config.is_file():
@@ -125,6 +143,8 @@ def load_run(run_dir: Path, model_kwargs: dict | None = None) -> tuple[nn.Module
 def load_run_of(run_dir: Path, task: str, tool: str) -> tuple[nn.Module, TrainConfig, dict]:
     """`load_run` for a tool that reads one task's runs (`python -m common.<tool>`): the model, its config,
     and its data set's facts; ConfigError when the run trained another task."""
+    from common.data import dataset_for, options
+
     model, cfg = load_run(run_dir)
     data = dataset_for(cfg)
     if data.task != task:
@@ -146,6 +166,8 @@ def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, see
     their mask, each image after the first (which fills the batch) of its own height and width,
     from half the batch's to all of it, zero-padded at the bottom and right. pairs: source ids of
     lengths 1 to S (the first full length) padded with pad_id, and a teacher-forced target from <s>."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     grow = lambda n: multiple * math.ceil((3 * n // 2 if larger and padded else n) / multiple)
     if kind == "image":
@@ -184,6 +206,8 @@ def example(kind: str, facts: dict, multiple: int, batch: int, larger: bool, see
 def dynamic_shapes(kind: str, multiple: int, padded: bool = True, detection: bool = False) -> dict:
     """The batch axis, and where the model reads padded batches, the sides (of the mask too, for
     detection) or the length."""
+    from torch.export import Dim
+
     batch = Dim("batch", min=1, max=1 << 16)
     if kind == "tokens":  # a language model reads any length up to its positions
         return {"idx": {0: batch, 1: Dim("steps", min=1, max=1 << 16)}}
@@ -208,6 +232,8 @@ def export(model: nn.Module, kind: str, facts: dict, path: Path, metadata: dict,
            padded: bool = True, detection: bool = False) -> Path:
     """Write model.onnx (opset of torch.onnx's dynamo exporter) with dynamic axes and the metadata;
     detection: the model's Detector, with a mask input and the outputs boxes, scores and labels."""
+    import torch
+
     model.eval()
     inputs = example(kind, facts, multiple, batch=2, larger=False, seed=0, padded=padded, detection=detection)
     with warnings.catch_warnings():  # inputs share the batch axis (and sides), which torch.onnx warns about
@@ -238,6 +264,8 @@ def difference(got: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
     """max |got - expected| and the most it may be: TOLERANCE, times the largest |expected| where that
     exceeds 1 (float32 rounding grows with the outputs); 0 for integers (labels); inf where the shapes
     or kinds differ."""
+    import numpy as np
+
     integer = np.issubdtype(expected.dtype, np.integer)
     if got.shape != expected.shape or np.issubdtype(got.dtype, np.integer) != integer:
         return math.inf, 0.0
@@ -245,19 +273,21 @@ def difference(got: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
     return diff, 0.0 if integer else TOLERANCE * max(1.0, float(np.abs(expected).max()))
 
 
-@torch.no_grad()
 def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 1,
           padded: bool = True, detection: bool = False) -> list[tuple[str, float]]:
     """onnxruntime against PyTorch on batches of 1 and 5, at two sizes where the model reads padded
     batches (for detection, images of different sizes in each padded batch of 5): [(what, max |diff|)],
     the largest over every output. Raises ExportError where a difference exceeds TOLERANCE, times the
     output's largest magnitude where that exceeds 1 (integer outputs, such as labels, must be equal)."""
+    import torch
+
     ort_session, module, report, failed = session(path), graph(model.eval(), detection), [], False
     for batch in (1, 5):
         for larger in (False, True) if padded or kind == "tokens" else (False,):
             inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger, padded=padded,
                              detection=detection)
-            expected = module(*inputs.values())
+            with torch.no_grad():
+                expected = module(*inputs.values())
             expected = [t.numpy() for t in (expected if isinstance(expected, tuple) else (expected,))]
             got = ort_session.run(None, {k: v.numpy() for k, v in inputs.items()})
             diffs = ([difference(g, e) for g, e in zip(got, expected)] if len(got) == len(expected)
@@ -284,6 +314,7 @@ def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 
 def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Path]:
     """The first n test samples as PNG files named <index>_<label>.png (detection: <index>_<labels>.png,
     its boxes' labels joined by "-", "none" where it has none), pixels undoing the preprocessing."""
+    import numpy as np
     from PIL import Image
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -319,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import torch
+
+    from common.data import dataset_for, options
+
     try:
         if args.run:
             model, cfg = load_run(Path(args.run))

@@ -16,43 +16,48 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
-from common.data.text import UNK, ByteBPE, codec
 from common.errors import ConfigError
 from common.export import load_run_of
+
+# Nothing above imports torch: --help and a mistyped flag are answered at once.
 
 
 def run_tokenizer(run_dir: Path, facts: dict):
     """What encodes a prompt and decodes the tokens: the tokenizer the run saved, else the data set's."""
+    from common.data.text import ByteBPE, codec
+
     saved = run_dir / "tokenizer.json"
     return ByteBPE.from_str(saved.read_text()) if saved.is_file() else codec(facts)
 
 
-@torch.no_grad()
 def generate(model, prompt: list[int], tokens: int, temperature: float = 1.0, top_k: int = 0, seed: int = 0,
              cache: bool = True) -> list[int]:
     """The prompt's continuation: `tokens` new ids. cache=False reads the whole context at every step
     (the reference the cached path must equal)."""
+    import torch
+
+    from common.data.text import UNK
+
     g = torch.Generator().manual_seed(seed)
     block = model.block_size
     ids = torch.tensor([prompt or [UNK]], dtype=torch.long)  # (1, T)
     out, past, feed = [], None, ids[:, -block:]
-    for _ in range(tokens):
-        if cache and past is not None and past[0][0].shape[2] >= block:  # the cache is full: start afresh
-            past, feed = None, ids[:, -block:]
-        if cache:
-            logits, past = model(feed, past=past, use_cache=True)  # (1, t, V)
-        else:
-            logits = model(ids[:, -block:])
-        logits = logits[0, -1].float() / max(temperature, 1e-6)  # (V,)
-        if top_k:
-            kth = logits.topk(min(top_k, logits.numel())).values[-1]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        nxt = torch.multinomial(logits.softmax(-1), 1, generator=g)  # (1,)
-        out.append(int(nxt))
-        ids = torch.cat([ids, nxt[None]], dim=1)
-        feed = nxt[None]  # (1, 1): the cache holds the rest
+    with torch.no_grad():
+        for _ in range(tokens):
+            if cache and past is not None and past[0][0].shape[2] >= block:  # the cache is full: start afresh
+                past, feed = None, ids[:, -block:]
+            if cache:
+                logits, past = model(feed, past=past, use_cache=True)  # (1, t, V)
+            else:
+                logits = model(ids[:, -block:])
+            logits = logits[0, -1].float() / max(temperature, 1e-6)  # (V,)
+            if top_k:
+                kth = logits.topk(min(top_k, logits.numel())).values[-1]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(logits.softmax(-1), 1, generator=g)  # (1,)
+            out.append(int(nxt))
+            ids = torch.cat([ids, nxt[None]], dim=1)
+            feed = nxt[None]  # (1, 1): the cache holds the rest
     return out
 
 

@@ -29,11 +29,13 @@ import sys
 from pathlib import Path
 
 from common import seeds
+from common.choices import BPE_VOCAB_SIZE
 from common.config import describe_kwargs
-from common.data.text import BPE_VOCAB_SIZE
 from common.errors import ConfigError
-from common.tasks import TASKS
 from common.tracking import find_result
+
+# Nothing above imports torch, so that --help and a mistyped flag are answered at once; the task kinds
+# (common.tasks, with torch and torchmetrics) are imported where a ranking reads them.
 
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
 COLUMNS = ["rank", "paper", "flavor", "metric", "params", "strategy", "precision", "compile", "samples/s", "wall",
@@ -73,7 +75,11 @@ def wandb_results(project: str, api=None) -> list[dict]:
 
 
 def higher_is_better(result: dict) -> bool:
-    return result.get("higher_is_better", TASKS[result["task"]].higher_is_better)
+    if "higher_is_better" in result:
+        return result["higher_is_better"]
+    from common.tasks import TASKS
+
+    return TASKS[result["task"]].higher_is_better
 
 
 def rank(results: list[dict], paper: str | None = None, dataset: str | None = None,
@@ -112,6 +118,8 @@ def flavor(r: dict) -> str:
 
 
 def cells(position: int, r: dict) -> dict[str, str]:
+    from common.tasks import TASKS
+
     world = r.get("world_size", 1)
     return {
         "rank": str(position),

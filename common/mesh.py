@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+from common.choices import MESH_DIMS as DIMS
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,9 @@ import math
 
 import torch
 import torch.nn as nn
-from torch.distributed.tensor import DTensor
 
-OPTIMIZERS = ("adamw", "sgd", "rmsprop")
-SCHEDULES = ("cosine", "step", "exponential", "constant", "noam")
+from common.choices import OPTIMIZERS, SCHEDULES
+from common.dtensor import is_dtensor
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -38,7 +37,7 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float, name: str 
     groups = param_groups(model, weight_decay)
     # tensor parallel holds some parameters whole and some split (DTensors): one kernel cannot take both
     # kinds, so the optimizer then steps each parameter on its own (the same arithmetic)
-    mixed = len({isinstance(p, DTensor) for g in groups for p in g["params"]}) > 1
+    mixed = len({is_dtensor(p) for g in groups for p in g["params"]}) > 1
     foreach = False if mixed else None
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), fused=not mixed, foreach=foreach)

@@ -20,6 +20,7 @@ beside a pipeline, replicated copies (ddp+pp) are FSDP2 too, on a mesh whose sha
 """
 
 import contextlib
+import sys
 import os
 import warnings
 from dataclasses import dataclass
@@ -27,12 +28,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
-STRATEGIES = ("auto", "single", "dp", "ddp", "fsdp")
+from common.choices import STRATEGIES
+from common.dtensor import is_dtensor
 
 
 @dataclass(frozen=True)
@@ -123,6 +122,8 @@ def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None 
 
         tensor_parallel.apply(model, shard_blocks, tp_plan, mesh["tp"], sequence_parallel)
     if strategy in ("fsdp", "hsdp") or (layout is not None and max(layout.tp, layout.pp) > 1 and layout.dp > 1):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
         from common.mesh import data_parallel_mesh
 
         dp_mesh = data_parallel_mesh(mesh, layout) if mesh is not None else None
@@ -171,7 +172,8 @@ def eval_module(model: nn.Module) -> nn.Module:
 
 def gradient_sync(model: nn.Module, enabled: bool):
     """Within a non-final accumulation micro-step the gradient reduction is skipped."""
-    if isinstance(model, FSDPModule):
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # imported by parallelize where it shards a model
+    if fsdp is not None and isinstance(model, fsdp.FSDPModule):
         model.set_requires_gradient_sync(enabled)
         return contextlib.nullcontext()
     if not enabled and isinstance(model, DistributedDataParallel):
@@ -197,7 +199,7 @@ def clip_grad_norm_(parameters, max_norm: float, counted=None, group=None) -> to
         total_norm = square.sqrt().to(total_norm.dtype)
     meshes = {}  # a foreach kernel takes whole tensors, or DTensors of one mesh, not a mix
     for p in parameters:
-        meshes.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
+        meshes.setdefault(p.grad.device_mesh if is_dtensor(p.grad) else None, []).append(p)
     for group_ in meshes.values():
         torch.nn.utils.clip_grads_with_norm_(group_, max_norm, total_norm, foreach=True)
     return total_norm
@@ -207,13 +209,13 @@ def _grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of all these gradients together, gathered over their shards."""
     if not grads:
         return torch.zeros(())
-    if len({g.device_mesh if isinstance(g, DTensor) else None for g in grads}) == 1:  # all whole, or fsdp's
+    if len({g.device_mesh if is_dtensor(g) else None for g in grads}) == 1:  # all whole, or fsdp's
         total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-        if isinstance(total_norm, DTensor):
+        if is_dtensor(total_norm):
             total_norm = total_norm.full_tensor()
     else:  # tensor parallel: some whole or split on other meshes; each one's norm, then all's
         norms = [torch.linalg.vector_norm(g) for g in grads]
-        total_norm = torch.linalg.vector_norm(torch.stack([n.full_tensor() if isinstance(n, DTensor) else n
+        total_norm = torch.linalg.vector_norm(torch.stack([n.full_tensor() if is_dtensor(n) else n
                                                            for n in norms]))
     return total_norm
 
@@ -221,6 +223,8 @@ def _grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole, unwrapped state dict on CPU (on rank 0; other ranks get an empty dict).
     Every rank must call it: under fsdp it gathers the shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # (slow to import)
+
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(unwrap(model), options=options)
 
@@ -229,7 +233,7 @@ def local_bytes(tensors) -> int:
     """Bytes this rank holds for these tensors (its own shard of a DTensor)."""
     total = 0
     for t in tensors:
-        t = t.to_local() if isinstance(t, DTensor) else t
+        t = t.to_local() if is_dtensor(t) else t
         total += t.numel() * t.element_size()
     return total
 
@@ -258,6 +262,15 @@ def all_reduce_max(value: int) -> int:
     t = torch.tensor([value], dtype=torch.int64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
+
+
+def all_reduce_max_ints(values: list[int]) -> list[int]:
+    """The element-wise maximum of a few integers over every rank, in one all-reduce."""
+    if not dist.is_initialized():
+        return values
+    t = torch.tensor(values, dtype=torch.int64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
 
 
 def all_gather_object(obj) -> list:

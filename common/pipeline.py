@@ -32,8 +32,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-STAGES_PER_RANK = {"gpipe": 1, "1f1b": 1, "interleaved": 2}
+from common.choices import PP_SCHEDULES as SCHEDULES, STAGES_PER_RANK
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what a stage may send on (autocast's too)
 
 

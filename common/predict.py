@@ -22,14 +22,18 @@ nearest multiple of its patch size, scaled and normalised. Models that read an
 image row by row (an LSTM on digits-rows) get its rows as steps.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import onnxruntime as ort
-from PIL import Image, ImageDraw, UnidentifiedImageError
+# Nothing above imports numpy, onnxruntime or Pillow: --help and a mistyped flag are answered at once.
+if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
 
 META_KEY = "paper_study"
 
@@ -44,6 +48,8 @@ class Predictor:
     def __init__(self, onnx_path: str | Path, threads: int | None = None):
         if not Path(onnx_path).is_file():
             raise PredictError(f"{onnx_path}: no such file")
+        import onnxruntime as ort
+
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
@@ -64,6 +70,8 @@ class Predictor:
 
     def probabilities(self, batch: np.ndarray) -> np.ndarray:
         """Class probabilities (B, classes) of a batch (B, C, H, W) of preprocessed images."""
+        import numpy as np
+
         if self.pre["layout"] == "rows":  # each row of pixels is one step
             B, C, H, W = batch.shape
             x = batch.transpose(0, 2, 3, 1).reshape(B, H, W * C)
@@ -80,6 +88,8 @@ class Predictor:
         if self.detects:
             raise PredictError(f"a detection model of {self.meta['dataset']} gives boxes, not one label per image: "
                                "use Predictor.detect, or python -m common.predict --onnx FILE IMAGES --out DIR")
+        import numpy as np
+
         samples = [self.preprocess(_open(image)) for image in images]
         results = [None] * len(samples)
         for shape in {s.shape for s in samples}:
@@ -93,6 +103,8 @@ class Predictor:
         least `threshold`, best first, for each image (a path or a PIL image). Every image keeps its
         own size (resized only where the data set has one size); they share one batch, zero-padded at
         the bottom and right to multiples of size_multiple, with the mask of their valid pixels."""
+        import numpy as np
+
         opened = [_open(image) for image in images]
         samples = [prepare(image, self.pre) for image in opened]  # (C, h_i, w_i)
         multiple = self.meta["size_multiple"]
@@ -114,6 +126,8 @@ def draw_boxes(image: Image.Image, found: list[tuple[str, float, list[float]]], 
                ) -> Image.Image:
     """An image (RGB) with detections (label, score, box) drawn on, enlarged (nearest pixel) so that
     a small image's labels can be read."""
+    from PIL import Image, ImageDraw
+
     zoom = max(1, 400 // max(image.size))
     picture = image.convert("RGB").resize((image.width * zoom, image.height * zoom), Image.NEAREST)
     pen = ImageDraw.Draw(picture)
@@ -128,6 +142,9 @@ def prepare(image: Image.Image, pre: dict, size_multiple: int = 1) -> np.ndarray
     """An image as a data set's sample, (C, H, W) float32: converted to the colour mode, resized
     (bilinear) to the size, or to the nearest multiples of size_multiple where the size is None,
     scaled and normalised as `pre` (a data set's preprocessing, see common.data) says."""
+    import numpy as np
+    from PIL import Image
+
     image = image.convert(pre["mode"])
     if pre["size"]:
         size = (pre["size"][1], pre["size"][0])  # Pillow's (width, height)
@@ -142,6 +159,8 @@ def prepare(image: Image.Image, pre: dict, size_multiple: int = 1) -> np.ndarray
 
 
 def _open(image) -> Image.Image:
+    from PIL import Image, UnidentifiedImageError
+
     if isinstance(image, Image.Image):
         return image
     try:

@@ -10,6 +10,13 @@ step and a save might not fit in the time left (counted from the start of train.
 
 A second signal during the save changes nothing, and a kill during it leaves a checkpoint without
 its `.metadata`, which never counts: the newest checkpoint is complete or absent.
+
+Rank 0 then leaves STOPPED (`stopped.json`) in the run directory, for a scheduler's script to decide
+on: the reason (a signal's name, "--time-limit", or "nonfinite" for a loss that stopped the run,
+common.errors.NonFinite), the step, the checkpoint to resume from, the exit code and the command that
+resumes it. It is written atomically once that checkpoint is complete, and removed once a resumed run
+has loaded its checkpoint (and by a finished run); a crash writes none. A stop request is worth a
+requeue; a non-finite loss is not (it would stop at the same step again), hence the reason.
 """
 
 import signal
@@ -19,6 +26,7 @@ EXIT_PREEMPTED = 75  # sysexits.h's EX_TEMPFAIL: the job is to run again
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 STARTED = time.monotonic()  # train.py imports this module before anything heavy
 REASONS = ("", *(s.name for s in SIGNALS), "--time-limit")
+STOPPED = "stopped.json"  # in the run directory while a run that stopped (not crashed) waits to be resumed
 
 
 class Preempted(Exception):

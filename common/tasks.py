@@ -12,13 +12,17 @@ A new kind of task subclasses `Task` (kind, metric, higher_is_better, loss,
 metrics, update) and is added with `register`.
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torchmetrics import MeanMetric, MeanSquaredError, Metric, MetricCollection, SumMetric
-from torchmetrics.classification import MulticlassAccuracy
+
+if TYPE_CHECKING:  # torchmetrics' package imports all of its metrics (torchvision, transformers): seconds, paid
+    from torchmetrics import Metric, MetricCollection  # when a task first builds its metrics, not on import
 
 
 def call(model: nn.Module, inputs):
@@ -75,6 +79,8 @@ class Task:
         raise NotImplementedError
 
     def build_metrics(self, device: torch.device) -> MetricCollection:
+        from torchmetrics import MetricCollection
+
         return MetricCollection(self.metrics(), compute_groups=False).to(device)
 
     def compute(self, metrics: MetricCollection) -> dict[str, float]:
@@ -117,6 +123,9 @@ class Classification(Task):
         return torch.stack([hits, hits.new_tensor(targets.numel())]).double()
 
     def metrics(self) -> dict[str, Metric]:
+        from torchmetrics import MeanMetric
+        from torchmetrics.classification import MulticlassAccuracy
+
         # in float64, so that correct / count is exact, as it is counted
         return {"accuracy": MulticlassAccuracy(self.facts["num_classes"], average="micro").set_dtype(torch.float64),
                 "loss": MeanMetric().set_dtype(torch.float64)}
@@ -145,6 +154,8 @@ class Regression(Task):
         return F.mse_loss(*self._pair(outputs, targets))
 
     def metrics(self) -> dict[str, Metric]:
+        from torchmetrics import MeanMetric, MeanSquaredError
+
         metrics = {"mse": MeanSquaredError().set_dtype(torch.float64), "loss": MeanSquaredError().set_dtype(torch.float64)}
         if "tolerance" in self.facts:
             metrics["correct"] = MeanMetric().set_dtype(torch.float64)
@@ -270,6 +281,7 @@ class Seq2Seq(Task):
         return ("" if self.facts.get("level", "word") == "char" else " ").join(out)
 
     def metrics(self) -> dict[str, Metric]:
+        from torchmetrics import MeanMetric
         from torchmetrics.text import SacreBLEUScore
 
         tokenize = "char" if self.facts.get("level") == "char" else "13a"
@@ -316,6 +328,8 @@ class LanguageModeling(Task):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), label_smoothing=self.label_smoothing)
 
     def metrics(self) -> dict[str, Metric]:
+        from torchmetrics import SumMetric
+
         return {"nll": SumMetric().set_dtype(torch.float64), "tokens": SumMetric().set_dtype(torch.float64),
                 "chars": SumMetric().set_dtype(torch.float64)}
 

@@ -4,6 +4,8 @@ A wandb failure never stops training: the tracker warns once and goes on
 without it. Other ranks get a tracker that does nothing.
 """
 
+from __future__ import annotations
+
 import json
 import netrc
 import os
@@ -12,11 +14,13 @@ import shlex
 import subprocess
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-import torch
-
 from common.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where a device is named: the tools read results without it
+    import torch
 
 
 def has_api_key() -> bool:
@@ -193,6 +197,8 @@ def sweep_tag() -> dict | None:
 
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
+        import torch
+
         return torch.cuda.get_device_name(device)
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -16,6 +16,7 @@ The task (common.tasks) owns the loss and the metrics, so nothing here depends
 on what the targets are.
 """
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -31,17 +32,17 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from common import checkpoint, mesh, parallel, pipeline
+from common import mesh, parallel
 from common.activations import SavedActivations, apply_checkpointing
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, dataset_for, eval_loader, options, train_loader
 from common.data.collate import element_counts, to_device
-from common.errors import ConfigError, NonFinite
+from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
 from common.mesh import Layout
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
-from common.preemption import REASONS, Preempted, StopSignals, parse_time_limit
+from common.preemption import EXIT_PREEMPTED, REASONS, STOPPED, Preempted, StopSignals, parse_time_limit
 from common.pretrained import build_model, is_run, load_from_run, reference_model
 from common.profiling import WARMUP_STEPS, StepProfiler
 from common.tasks import get_task
@@ -49,6 +50,10 @@ from common.throughput import Meter, peak_flops, training_flops
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
                              resolve_mode, store_result, sweep_tag, write_json)
 from papers import get_paper
+
+# Per-step features that common.bench's row a switches off in turn, to time what each costs (a comma list
+# of agree, activations, train-metric); never set by a user.
+BENCH_SKIP = "_PAPER_STUDY_BENCH_SKIP"
 
 
 def restart_count() -> int:
@@ -66,6 +71,14 @@ def default_run_dir(paper: str) -> Path:
             return earlier[-1]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{paper}-{stamp}-{rdzv or secrets.token_hex(3)}"
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The run's newest complete checkpoint (common.checkpoint, which imports torch.distributed.checkpoint:
+    imported only where a checkpoint is written or read)."""
+    from common import checkpoint
+
+    return checkpoint.latest(run_dir)
 
 
 def autocast(precision: str, device: torch.device):
@@ -152,6 +165,9 @@ class Trainer:
         self.last_saved, self.memory, self.graphs_after_first_step = 0, None, None
         self.stop = StopSignals(parse_time_limit(cfg.time_limit) if cfg.time_limit else None)
         self.step_seconds = self.save_seconds = 0.0  # recent ones, for --time-limit
+        self.stop_reason = ""  # what the ranks agreed ends the run after this step (see agree)
+        # per-step features a bench run switches off to time each one (common.bench row a); never a user's
+        self.skipped = set(filter(None, os.environ.get(BENCH_SKIP, "").split(",")))
         # (hits, samples) of the task's training metric since the last log line, and in this epoch
         self.window_counts = torch.zeros(2, dtype=torch.float64, device=env.device)
         self.epoch_counts = torch.zeros_like(self.window_counts)
@@ -289,6 +305,8 @@ class Trainer:
         self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
         layout = self.layout
         if layout.pp > 1:  # this rank's stages only; each keeps its parameters' names
+            from common import pipeline  # (imported with --pp only: torch.distributed.pipelining is slow to import)
+
             stages = pipeline.stages_of(layout.pp_rank(self.env.rank), layout.pp, cfg.pp_schedule)
             pipeline.split(self.model, self.spec.shard_blocks, self.spec.pipeline, stages,
                            layout.pp * pipeline.STAGES_PER_RANK[cfg.pp_schedule])
@@ -339,12 +357,14 @@ class Trainer:
             if self.env.is_main:
                 print(f"run {self.run_dir} has already finished; its result.json stands", flush=True)
             return json.loads((self.run_dir / "result.json").read_text())
-        resume_from = parallel.broadcast_object(checkpoint.latest(self.run_dir) if self.resuming else None)
+        resume_from = parallel.broadcast_object(latest_checkpoint(self.run_dir) if self.resuming else None)
         if self.cfg.init and resume_from is None:
             self.load_pretrained()
         self.build_optimizer()
         if resume_from is not None:
             self.resume(resume_from)  # raises CheckpointError before anything is written
+        if self.resuming:
+            self.unmark_stopped()  # the stopped run is resumed: it waits no more
         self.build_tracker(resume_from)  # from here on the run directory is written
         self.meter = Meter(self.cfg.batch_size, self.flops_per_element, self.peak)
         self.monitor = DeviceMonitor(self.env.device)
@@ -384,28 +404,46 @@ class Trainer:
             if state["step"] % self.ckpt_every == 0 and mid_epoch:
                 self.save()  # the epoch's end saves after its evaluation
             self.step_seconds = 0.5 * (self.step_seconds + time.perf_counter() - step_start)
-            self.stop_if_asked()
+            if self.stop_reason:
+                self.stop_now()
         seconds = time.perf_counter() - start
         self.epoch_rate = (state["step"] - first_step) * cfg.batch_size / seconds
         return padding, seconds
 
-    def stop_if_asked(self) -> None:
-        """After a step: if any rank got SIGTERM or SIGUSR1, or --time-limit is near, every rank saves a
-        checkpoint of this step and the run ends (Preempted, whose message is the line to print)."""
-        if self.state["step"] == self.total_steps:  # the run ends anyway, with its own checkpoint
-            return
-        reason = REASONS[parallel.all_reduce_max(REASONS.index(self.stop.reason(self.step_seconds,
-                                                                                self.save_seconds)))]
-        if not reason:
-            return
-        self.save()
+    def stop_now(self) -> None:
+        """After the step at which the ranks agreed to stop (a rank got SIGTERM or SIGUSR1, or --time-limit
+        is near): every rank saves a checkpoint of this step and the run ends (Preempted, whose message is
+        the line to print)."""
+        reason = self.stop_reason
+        self.save()  # complete on rank 0 once it returns: its .metadata is written last, by rank 0
         self.progress.close()
+        from common import checkpoint
+
+        path = checkpoint.checkpoint_dir(self.run_dir, self.state["step"])
+        self.mark_stopped(reason, self.state["step"], path, EXIT_PREEMPTED)
+        raise Preempted(f"stopped by {reason} after step {self.state['step']} of {self.total_steps}; checkpoint "
+                        f"{path}; resume with: {self.resume_command()}")
+
+    def resume_command(self) -> str:
+        """The command line that resumes this run, with as many processes on this machine."""
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         launcher = (f"torchrun --nproc_per_node {local}" + (" ..." if local < self.env.world_size else "")
                     if self.env.world_size > 1 else "python")
-        raise Preempted(f"stopped by {reason} after step {self.state['step']} of {self.total_steps}; checkpoint "
-                        f"{checkpoint.checkpoint_dir(self.run_dir, self.state['step'])}; resume with: {launcher} "
-                        f"train.py --resume {self.run_dir}")
+        return f"{launcher} train.py --resume {self.run_dir}"
+
+    def mark_stopped(self, reason: str, step: int, path: Path | None, exit_code: int) -> None:
+        """Rank 0 writes the run directory's stopped.json (common.preemption.STOPPED), atomically: why the
+        run stopped, at which step, the checkpoint to resume from (complete by now; None where there is
+        none), the ranks' exit code and the command that resumes it. A crash never calls it."""
+        if self.env.is_main:
+            write_json(self.run_dir / STOPPED, {"reason": reason, "step": step,
+                                                "checkpoint": str(path) if path is not None else None,
+                                                "exit_code": exit_code, "resume": self.resume_command()})
+
+    def unmark_stopped(self) -> None:
+        """Rank 0 removes stopped.json: the run is resumed, or finished."""
+        if self.env.is_main:
+            (self.run_dir / STOPPED).unlink(missing_ok=True)
 
     def next_batch(self, batches, padding: list[int]):
         """The next micro-batch on the device; counts its wait, its input elements and its padding."""
@@ -423,16 +461,19 @@ class Trainer:
         cfg = self.cfg
         loss = torch.zeros((), device=self.env.device)
         self.saved_bytes = 0
+        counted = self.counts_activations()
         for micro in range(cfg.grad_accum):
             inputs, targets = self.next_batch(batches, padding)
-            counts = torch.zeros_like(self.window_counts) if self.task.train_metric else None
+            counts = (torch.zeros_like(self.window_counts)
+                      if self.task.train_metric and "train-metric" not in self.skipped else None)
             with parallel.gradient_sync(self.model, enabled=micro == cfg.grad_accum - 1):
-                loss += self.forward_backward(inputs, targets, counts)
-            self.saved_bytes = max(self.saved_bytes, self.saved.bytes)
+                loss += self.forward_backward(inputs, targets, counts, counted)
+            if counted:
+                self.saved_bytes = max(self.saved_bytes, self.saved.bytes)
             if counts is not None:
                 self.window_counts += counts
                 self.epoch_counts += counts
-        if not self.loss_is_finite(loss):  # on every rank alike: --nonfinite skip leaves out this update
+        if not self.agree(loss):  # on every rank alike: --nonfinite skip leaves out this update
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
             return loss
@@ -454,27 +495,49 @@ class Trainer:
         self.scheduler.step()
         return loss
 
-    def forward_backward(self, inputs, targets, counts: torch.Tensor | None) -> torch.Tensor:
+    def counts_activations(self) -> bool:
+        """Whether this step counts the bytes its forwards keep for backward (saved-tensor hooks, a
+        Python call per saved tensor): on the first step, whose figure result.json's memory keeps, and on
+        each logged step, whose figure is logged; the figures read are thus counted exactly, and the
+        other steps run without hooks."""
+        step = self.state["step"] + 1
+        logged = step % self.cfg.log_every == 0 or step == self.total_steps
+        return "activations" not in self.skipped and (self.memory is None or logged)
+
+    def forward_backward(self, inputs, targets, counts: torch.Tensor | None, counted: bool = True) -> torch.Tensor:
         """One micro-step's forward and backward (through the pipeline's stages, with --pp); returns its
         loss divided by the micro-steps (0 on a pipeline's ranks before the last stage), and adds the
-        batch's (hits, samples) of the training metric to `counts`."""
+        batch's (hits, samples) of the training metric to `counts`; `counted`: the saved activations'
+        bytes are counted (self.saved)."""
+        saved = self.saved if counted else contextlib.nullcontext()
         if self.pipeline is None:
-            with self.saved:
+            with saved:
                 loss = self.forward_loss(self.model, inputs, targets, counts) / self.cfg.grad_accum
             self.scaler.scale(loss).backward()
             return loss.detach()
-        with self.saved, autocast(self.cfg.precision, self.env.device):
+        with saved, autocast(self.cfg.precision, self.env.device):
             outputs, loss = self.pipeline.step(inputs, targets)
         if counts is not None and outputs is not None:
             counts += self.task.train_counts(outputs, targets)
         return loss
 
-    def loss_is_finite(self, loss: torch.Tensor) -> bool:
-        """Whether every rank's loss of this step is finite. Where one is not, --nonfinite stop (or
-        --nonfinite-patience skipped steps in a row) ends the run with NonFinite; skip counts it and
-        returns False, on every rank."""
+    def agree(self, loss: torch.Tensor) -> bool:
+        """What every rank must decide alike at each step, in one all-reduce (none in one process):
+        whether this step's loss is finite on every rank, and whether any rank was asked to stop (SIGTERM,
+        SIGUSR1, or --time-limit near), which then ends the run after this step on every rank
+        (self.stop_reason). Returns whether to apply this step's update: where a loss is not finite,
+        --nonfinite stop (or --nonfinite-patience skipped steps in a row) ends the run with NonFinite;
+        skip counts it and returns False, on every rank."""
         state = self.state
-        if not parallel.all_reduce_max(int(not torch.isfinite(loss).all())):
+        last = state["step"] + 1 == self.total_steps  # the run ends after it anyway, with its own checkpoint
+        reason = "" if last else self.stop.reason(self.step_seconds, self.save_seconds)
+        if "agree" in self.skipped:
+            nonfinite, stop = 0, REASONS.index(reason)
+        else:
+            nonfinite, stop = parallel.all_reduce_max_ints([int(not torch.isfinite(loss).all()),
+                                                            REASONS.index(reason)])
+        self.stop_reason = REASONS[stop]
+        if not nonfinite:
             state["nonfinite_in_row"] = 0
             return True
         state["skipped_steps"] = state.get("skipped_steps", 0) + 1
@@ -482,10 +545,11 @@ class Trainer:
         if self.cfg.nonfinite == "skip" and state["nonfinite_in_row"] < self.cfg.nonfinite_patience:
             return False
         value = next(v for v in parallel.all_gather_object(loss.item()) if not math.isfinite(v))
-        last = checkpoint.latest(self.run_dir)
+        last = latest_checkpoint(self.run_dir)
         patience = self.cfg.nonfinite_patience
         why = "" if self.cfg.nonfinite == "stop" else f" ({patience} steps in a row, --nonfinite-patience {patience})"
         self.progress.close()
+        self.mark_stopped("nonfinite", state["step"] + 1, last, EXIT_NONFINITE)  # a requeue would stop here again
         raise NonFinite(f"the loss is {value} at step {state['step'] + 1}{why}; the run stops; last good checkpoint: "
                         + (f"{last} (resume with --resume {self.run_dir}, after a fix)" if last else "none yet"))
 
@@ -602,6 +666,8 @@ class Trainer:
         self.state["wall_seconds"] += now - self.started
         self.started = now
         extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict()}
+        from common import checkpoint  # torch.distributed.checkpoint: imported when a checkpoint is written or read
+
         checkpoint.save(self.run_dir, self.state["step"], self.model, self.optimizer, self.state | extra, self.env,
                         self.cfg.keep_ckpts)
         self.last_saved = self.state["step"]
@@ -609,6 +675,8 @@ class Trainer:
 
     def resume(self, path: Path) -> None:
         """Model, optimizer, schedule, scaler, RNG and trainer state from a checkpoint (any strategy's)."""
+        from common import checkpoint
+
         self.state = checkpoint.load(path, self.model, self.optimizer, self.env, self.cfg.paper, self.cfg.flavor)
         self.scheduler.load_state_dict(self.state["scheduler"])
         self.scaler.load_state_dict(self.state["scaler"])
@@ -626,6 +694,7 @@ class Trainer:
         result = self.result()
         if not self.env.is_main:
             return result
+        self.unmark_stopped()  # a finished run has none (one left by a run that wrote into this folder before)
         save_file(untied(weights), self.run_dir / "model.safetensors")
         write_json(self.run_dir / "result.json", result)
         store_result(result, Path(self.cfg.results_dir))

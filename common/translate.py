@@ -11,18 +11,20 @@ weight alpha_ij of every source token j (columns) for every output token i (rows
 Figure 3 draws it.
 """
 
+from __future__ import annotations
+
 import argparse
 import inspect
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from common import decode
-from common.data.dates import UNK  # the seq2seq data sets' <unk> (<pad> 0, <s> 1, </s> 2, <unk> 3)
 from common.errors import ConfigError
 from common.export import load_run_of
-from common.tasks import get_task
+
+# Nothing above imports torch: --help and a mistyped flag are answered at once.
+if TYPE_CHECKING:
+    import torch
 
 
 def tokens(text: str, facts: dict) -> list[str]:
@@ -36,34 +38,41 @@ def tokens(text: str, facts: dict) -> list[str]:
 
 def source_ids(text: str, facts: dict) -> list[int]:
     """The source vocabulary's ids of a text; <unk> for what it does not hold."""
+    from common.data.dates import UNK  # the seq2seq data sets' <unk> (<pad> 0, <s> 1, </s> 2, <unk> 3)
+
     stoi = {s: i for i, s in enumerate(facts.get("src_itos", facts["itos"]))}
     return [stoi.get(t, UNK) for t in tokens(text, facts)] or [UNK]
 
 
-@torch.no_grad()
 def translate(model, facts: dict, texts: list[str], beam: int = 1, length_penalty: float = 0.0
               ) -> list[tuple[str, torch.Tensor | None, list[str], list[str]]]:
     """[(translation, attention (output tokens, source tokens) or None, source tokens, output tokens)]."""
+    import torch
+
+    from common import decode
+    from common.tasks import get_task
+
     task = get_task("seq2seq", facts)
     out = []
-    for text in texts:
-        src = torch.tensor([source_ids(text, facts)])
-        lengths = torch.tensor([src.shape[1]])
-        ids = dict(bos_id=facts["bos_id"], eos_id=facts["eos_id"], pad_id=facts["pad_id"])
-        max_len = 2 * src.shape[1] + 10
-        if beam > 1:
-            penalty = decode.gnmt_penalty(length_penalty) if length_penalty else decode.no_penalty
-            hyp = decode.beam_search(model, src, lengths, max_len, beam=beam, length_penalty=penalty, **ids)
-        else:
-            hyp = decode.greedy(model, src, lengths, max_len, **ids)
-        hyp = hyp[0][hyp[0] != facts["pad_id"]]  # (L,), </s> included where it was written
-        attention = None
-        if "return_attention" in inspect.signature(model.forward).parameters:
-            tgt = torch.cat([hyp.new_tensor([facts["bos_id"]]), hyp[:-1]])[None]  # what the decoder read
-            _, attention = model(src, lengths, tgt, return_attention=True)  # (1, L, S)
-            attention = attention[0]
-        words = [facts["itos"][int(i)] for i in hyp]
-        out.append((task.text(hyp), attention, tokens(text, facts) or ["<unk>"], words))
+    with torch.no_grad():
+        for text in texts:
+            src = torch.tensor([source_ids(text, facts)])
+            lengths = torch.tensor([src.shape[1]])
+            ids = dict(bos_id=facts["bos_id"], eos_id=facts["eos_id"], pad_id=facts["pad_id"])
+            max_len = 2 * src.shape[1] + 10
+            if beam > 1:
+                penalty = decode.gnmt_penalty(length_penalty) if length_penalty else decode.no_penalty
+                hyp = decode.beam_search(model, src, lengths, max_len, beam=beam, length_penalty=penalty, **ids)
+            else:
+                hyp = decode.greedy(model, src, lengths, max_len, **ids)
+            hyp = hyp[0][hyp[0] != facts["pad_id"]]  # (L,), </s> included where it was written
+            attention = None
+            if "return_attention" in inspect.signature(model.forward).parameters:
+                tgt = torch.cat([hyp.new_tensor([facts["bos_id"]]), hyp[:-1]])[None]  # what the decoder read
+                _, attention = model(src, lengths, tgt, return_attention=True)  # (1, L, S)
+                attention = attention[0]
+            words = [facts["itos"][int(i)] for i in hyp]
+            out.append((task.text(hyp), attention, tokens(text, facts) or ["<unk>"], words))
     return out
 
 

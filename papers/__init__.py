@@ -3,17 +3,22 @@
 Each paper folder defines a `PAPER` spec; every one is imported here by name,
 so none can go missing silently. Adding a paper is one line in `PAPER_FOLDERS`
 (docs/adding-a-paper.md); code outside the repository (a test, a user's
-own model) adds one with `register`.
+own model) adds one with `register`. Importing the registry imports no paper: each paper's folder is
+imported when it is first asked for, and `train.py --list` reads papers/catalog.json (see
+papers/catalog.py), so that neither it nor `--help` imports torch.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
-import torch
-import torch.nn as nn
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
 
 
 class ReferenceModel(NamedTuple):
@@ -187,27 +192,26 @@ PAPER_FOLDERS = (
 )
 
 
-def _papers() -> dict[str, PaperSpec]:
-    specs = [importlib.import_module(f"papers.{folder}").PAPER for folder in PAPER_FOLDERS]
-    return {spec.name: spec for spec in specs}
-
-
-_PAPERS = _papers()
+_PAPERS: dict[str, PaperSpec] = {}  # the specs imported so far, and those added with `register`
 
 
 def list_papers() -> list[str]:
-    return list(_PAPERS)
+    """Every paper's name, the registry's in PAPER_FOLDERS' order (a folder is named as its paper), then
+    those added with `register`; imports none of them."""
+    return [*PAPER_FOLDERS, *(name for name in _PAPERS if name not in PAPER_FOLDERS)]
 
 
 def get_paper(name: str) -> PaperSpec:
+    if name not in _PAPERS and name in PAPER_FOLDERS:
+        _PAPERS[name] = importlib.import_module(f"papers.{name}").PAPER
     if name not in _PAPERS:
-        raise ValueError(f"unknown paper '{name}'; choose from: {', '.join(_PAPERS)}")
+        raise ValueError(f"unknown paper '{name}'; choose from: {', '.join(list_papers())}")
     return _PAPERS[name]
 
 
 def register(spec: PaperSpec) -> PaperSpec:
     """Add a paper defined outside this registry (a test's, a user's own model); its name must be new."""
-    if spec.name in _PAPERS:
+    if spec.name in _PAPERS or spec.name in PAPER_FOLDERS:
         raise ValueError(f"a paper named '{spec.name}' is already registered")
     _PAPERS[spec.name] = spec
     return spec

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import torch
 
-from common import bench, export
+from common import bench, bench_rows, export
 from common.config import build_parser, resolve, validate
 from papers import get_paper
 
@@ -66,14 +66,22 @@ def test_every_default_row_runs_for_every_paper_it_times(capsys, monkeypatch):
         launches.append((cfg.paper, cfg.strategy, nproc))
         return {"samples_per_s": 1.0, "batch_size": cfg.batch_size, "memory_per_rank": [{"total": 1}]}
 
-    monkeypatch.setattr(bench, "_run_train", checked)
-    monkeypatch.setattr(bench, "_onnx_session", exported_or_stood_in(bench._onnx_session))
-    table = bench.main(["--smoke", "--rows", "c,f"]) + "\n" + bench.main(["--smoke", "--rows", "a,b,d,e,g",
-                                                                             "--papers", ",".join(KINDS)])
+    def loop_checked(paper: str, nproc: int, steps: int, repeats: int, skips: list[str]) -> dict:
+        if nproc == 1:  # the trainer and the bare loop for real, in this process
+            return real_loop(paper, nproc, steps, repeats, skips)
+        checked(["--paper", paper, "--max-steps", str(steps)], nproc)
+        return {"trainer": [1.0], "bare": [1.0]} | {f"trainer -{s}": [1.0] for s in skips}
+
+    real_loop = bench_rows._run_loop
+    monkeypatch.setattr(bench_rows, "_run_train", checked)
+    monkeypatch.setattr(bench_rows, "_run_loop", loop_checked)
+    monkeypatch.setattr(bench_rows, "_onnx_session", exported_or_stood_in(bench_rows._onnx_session))
+    table = bench.main(["--smoke", "--rows", "c,f", "--papers", "all"]) + "\n" + bench.main(
+        ["--smoke", "--rows", "a,b,d,e,g", "--papers", ",".join(KINDS)])
     rows = [r for r in table_rows(table) if r and r[0] != "row" and not r[0].startswith("-")]
     assert rows and all(float(r[4]) > 0 for r in rows)
     covers = lambda letter: {r[1].split(":")[0].split(" ")[0] for r in rows if r[0] == letter}
-    papers = set(bench.BENCHED)
+    papers = set(bench_rows.benched())
     assert len(papers) >= 14 and "lenet" in papers  # a fixed-size paper: row g exports it at its own size
     assert covers("f") == papers
     for letter in "adeg":
@@ -82,15 +90,16 @@ def test_every_default_row_runs_for_every_paper_it_times(capsys, monkeypatch):
     assert covers("c") == {"lstm"}
     assert sum(r[0] == "g" for r in rows) == 2 * len(KINDS)  # compiled and onnxruntime, at batch 1
     assert "gpt vs transformers GPT2LMHeadModel, 128 tokens: forward+backward, batch 64" in table
-    assert sorted(launches) == sorted((p, s, n) for p in papers for s, n in
-                                      (("auto", 1), ("ddp", 2), ("fsdp", 2)))
+    assert sum(r[0] == "a" for r in rows) == 2 * len(KINDS)  # one process and two, without the feature runs
+    assert sorted(launches) == sorted([(p, s, n) for p in papers for s, n in (("auto", 1), ("ddp", 2), ("fsdp", 2))]
+                                      + [(p, "auto", 2) for p in KINDS])  # row f's, then row a's 2 processes
 
 
 def test_the_bench_refuses_detection_papers_and_unknown_rows_in_one_line(capsys):
     assert bench.main(["--rows", "a", "--papers", "faster_rcnn,vit"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: the bench times classification and sequence papers; not faster_rcnn (")
-    assert "faster_rcnn" not in bench.BENCHED and "vit" in bench.BENCHED and len(err.splitlines()) == 1
+    assert "faster_rcnn" not in bench_rows.benched() and "vit" in bench_rows.benched() and len(err.splitlines()) == 1
     assert bench.main(["--rows", "a,z"]) == 2
     assert capsys.readouterr().err.strip() == "error: unknown row(s) z; choose from: a, b, c, d, e, f, g, h, i, batch"
 
@@ -103,3 +112,27 @@ def test_row_i_times_each_loader_and_worker_count_against_each_image_papers_mode
     for r in rows:
         loader, model, ratio = (float(c.replace(",", "")) for c in r[3:6])
         assert len(r) == 6 and loader > 0 and model > 0 and abs(ratio - loader / model) < 0.01 * ratio + 0.01
+
+
+def test_progress_goes_to_stderr_a_line_per_row_and_paper_and_ctrl_c_prints_what_was_measured(capsys, monkeypatch):
+    """The default papers are one of each family; each (row, paper) has a line as it starts and one with its
+    time and the time left; an interrupt prints the rows measured so far as a table and exits 130."""
+    calls = []
+
+    def fake(args, device):
+        calls.append(args.papers)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return [bench_rows.row("a", f"{args.papers[0]}: made up", "1", "1", 1.0)]
+
+    monkeypatch.setitem(bench_rows.ROWS, "a", fake)
+    monkeypatch.setitem(bench_rows.ROWS, "b", fake)
+    assert bench.main(["--smoke", "--rows", "a,b"]) == 130
+    out, err = capsys.readouterr()
+    assert calls == [["vit"], ["resnet"], ["lstm"], ["vit"]]
+    started = [line for line in err.splitlines() if line.endswith("...")]
+    assert started == [f"bench: row {r}, {p} ({i}/6) ..." for i, (r, p) in
+                       enumerate([("a", "vit"), ("a", "resnet"), ("a", "lstm"), ("b", "vit")], 1)]
+    assert sum("min left" in line for line in err.splitlines()) == 3
+    assert "interrupted" in out and [r[1] for r in table_rows(out.split("\n\n", 2)[-1])] == [
+        "vit: made up", "resnet: made up", "lstm: made up"]

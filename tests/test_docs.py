@@ -4,12 +4,15 @@ writes from results/ today, the site builds with `mkdocs build --strict`, and no
 README that docs/ came from was lost."""
 
 import functools
+import importlib.util
+import mimetypes
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 
 import pytest
 import yaml
@@ -38,8 +41,9 @@ def test_every_docs_page_is_in_the_index_and_in_the_sites_nav():
     index = (ROOT / "docs" / "README.md").read_text()
     nav_text = "nav:" + (ROOT / "mkdocs.yml").read_text().split("\nnav:", 1)[1]  # the rest holds a python tag
     nav = yaml.safe_load(nav_text)["nav"]
-    in_nav = {page for section in nav for entry in section.values() for page in
-              (entry if isinstance(entry, list) else [entry])}
+    in_nav = {page for section in nav for entry in section.values() for item in
+              (entry if isinstance(entry, list) else [entry])
+              for page in (item.values() if isinstance(item, dict) else [item])}  # "Title: page" or page
     for page in DOCS:
         assert page.name == "README.md" or f"]({page.name})" in index, f"docs/README.md does not link {page.name}"
         assert f"docs/{page.name}" in in_nav, f"mkdocs.yml's nav lacks docs/{page.name}"
@@ -103,11 +107,18 @@ def test_every_block_the_leaderboard_writes_is_up_to_date(tmp_path, monkeypatch,
             assert (str(page.relative_to(ROOT)), name or None) in written, f"{page.name}: who writes block {name}?"
 
 
-def test_the_site_builds_strictly(tmp_path):
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The site, built once for this module's tests: (the finished `mkdocs build --strict`, its folder)."""
+    site = tmp_path_factory.mktemp("site") / "site"
     env = os.environ | {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about MkDocs 2.0
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
+    return done, site
+
+
+def test_the_site_builds_strictly(built):
+    done, site = built
     assert done.returncode == 0, done.stderr[-3000:]
     home = (site / "index.html").read_text()
     for note in docs.paper_notes():
@@ -115,7 +126,94 @@ def test_the_site_builds_strictly(tmp_path):
         assert f'href="{note.parent.relative_to(ROOT)}/"' in home, f"no {note.parent.name} in the nav"
     assert (site / "docs" / "leaderboard" / "index.html").exists()
     assert (site / "papers" / "alexnet" / "claims" / "relu-vs-tanh.png").exists(), "a note's figure"
-    assert (site / "docs" / "lineage-shapes.png").exists() and "mathjax" in home.lower()
+    assert '<a href="claims/relu-vs-tanh.png"><img ' in (site / "papers" / "alexnet" / "index.html").read_text(), \
+        "a figure links to its file at full size (docs/hooks.py)"
+    assert (site / "docs" / "lineage-shapes.png").exists()
+    assert re.search(r'<a [^>]*href="docs/"[^>]*>\s*<span class="md-ellipsis">\s*Overview\s*</span>', home), \
+        "the documentation's first page is called Overview in the nav"
+
+
+OUTSIDE = re.compile(r"\s*(?:https?:)?//", re.I)  # another site's address; a relative one or data: stays in
+CSS_URL = re.compile(r"""url\(\s*['"]?([^'")\s]+)|@import\s+['"]([^'"]+)""", re.I)
+NOT_FETCHED = {"canonical", "alternate", "prev", "next"}  # <link rel=...> that names a page, loads nothing
+
+
+class _Fetched(HTMLParser):
+    """The addresses a page makes the browser fetch by itself: scripts, stylesheets, icons, images, frames,
+    media, and url()/@import in its styles. Links the reader follows (<a href>) are not among them."""
+
+    def __init__(self):
+        super().__init__()
+        self.found, self._in_style = [], False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "link" and not NOT_FETCHED & set((a.get("rel") or "").lower().split()):
+            self.found.append(a.get("href") or "")
+        for name in ("src", "data", "poster"):
+            if name in a and tag != "a":
+                self.found.append(a[name] or "")
+        if a.get("srcset"):
+            self.found += [part.split()[0] for part in a["srcset"].split(",") if part.strip()]
+        if a.get("style"):
+            self.found += [u or i for u, i in CSS_URL.findall(a["style"])]
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.found += [u or i for u, i in CSS_URL.findall(data)]
+
+
+def fetched_from_outside(site):
+    """(file, address) of everything the built site's pages and stylesheets load from another site."""
+    outside = []
+    for page in sorted(site.rglob("*.html")):
+        parser = _Fetched()
+        parser.feed(page.read_text())
+        outside += [(str(page.relative_to(site)), u) for u in parser.found if OUTSIDE.match(u)]
+    for sheet in sorted(site.rglob("*.css")):
+        outside += [(str(sheet.relative_to(site)), u or i) for u, i in CSS_URL.findall(sheet.read_text())
+                    if OUTSIDE.match(u or i)]
+    return outside
+
+
+def test_the_site_loads_nothing_from_outside_it(built):
+    """Offline the site reads as online: no script, style, font or image of a CDN or Google Fonts."""
+    done, site = built
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(list(site.rglob("*.html"))) > 30
+    outside = fetched_from_outside(site)
+    assert not outside, f"{len(outside)} loads from outside the site, such as {outside[:3]}"
+
+
+def test_the_outside_check_finds_a_cdn_and_passes_a_link(tmp_path):
+    (tmp_path / "a.html").write_text(
+        '<link rel="stylesheet" href="assets/main.css"><link rel="canonical" href="https://x.org/a/">'
+        '<a href="https://arxiv.org/abs/1706.03762">paper</a><img src="data:image/png;base64,AAAA">'
+        '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>'
+        '<style>@import "//fonts.googleapis.com/css?family=Roboto";</style>')
+    (tmp_path / "b.css").write_text('a { background: url("img/x.png") } b { src: url(https://x.org/f.woff2) }')
+    assert fetched_from_outside(tmp_path) == [
+        ("a.html", "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"),
+        ("a.html", "//fonts.googleapis.com/css?family=Roboto"), ("b.css", "https://x.org/f.woff2")]
+
+
+def test_sweep_files_open_as_text_under_mkdocs_serve():
+    """`mkdocs serve` types a file by Python's mimetypes, which knows no .yaml: a browser downloaded the
+    notes' claims/*.yaml as application/octet-stream. The hooks module, loaded by serve, types them as text."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    linked = {p.suffix for page in PAGES for p in docs.linked_files(page)}
+    assert ".yaml" in linked
+    for suffix in linked - {".md"}:
+        kind = mimetypes.guess_type(f"papers/x/claims/file{suffix}")[0] or "application/octet-stream"
+        assert kind.startswith(("text/", "image/")), f"a {suffix} file is served as {kind}"
+    from mkdocs.livereload import LiveReloadServer  # what serve itself answers
+
+    assert LiveReloadServer._guess_type("papers/alexnet/claims/relu-vs-tanh.yaml") == "text/plain"
 
 
 OLD_README = "ed608b7"  # the last commit whose README held everything
@@ -123,6 +221,16 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "--write README.md": "--write docs/leaderboard.md",
     "the leaderboard below shows its best seed": "the [leaderboard] shows its best seed",
     "first command reached": "first command of the [Quick start] reached",
+    "after `python -m common.export --run` ([Export])": "after python -m common.export --run (see below)",
+    # the requeue marker (stopped.json): the sketch requeues on it, not on a missing result.json
+    "Under torchrun, send the signal to torchrun: it forwards SIGTERM (and, with\n`--signals-to-handle SIGTERM,SIGUSR1`, SIGUSR1) to its workers, waits\n`--shutdown-timeout` seconds (30 by default: give a large model's save more)\nand then kills them; the workers exit 75, but torchrun itself exits 1 after\na signal, so a script decides on the run directory instead: no `result.json`\nmeans the run is not finished. An sbatch script that requeues itself until\nthe run is done (a sketch: SLURM is not available on this repository's\nmachine, so it has not been run):":
+        'Under torchrun, send the signal to torchrun: it forwards SIGTERM (and, with\n`--signals-to-handle SIGTERM,SIGUSR1`, SIGUSR1) to its workers, waits\n`--shutdown-timeout` seconds (30 by default: give a large model\'s save more)\nand then kills them; the workers exit 75, but torchrun itself exits 1 after\na signal, so a script decides on the run directory instead. A run that\nstopped on request leaves `stopped.json` there, written by rank 0 once the\ncheckpoint is complete (atomically: a reader sees all of it or nothing):\n`{"reason": "SIGTERM", "step": 361, "checkpoint":\n"runs/vit-.../checkpoints/step_361", "exit_code": 75, "resume": "torchrun\n--nproc_per_node 4 train.py --resume runs/vit-..."}`, the reason being\n`SIGTERM`, `SIGUSR1`, `--time-limit` or `nonfinite` (a non-finite loss, below).\nA resumed run removes it once it has loaded its checkpoint, and a finished\nrun has none. A crash writes none, so a script that requeues only on the\nmarker does not requeue a run that crashes at the same step every time; nor\nshould it requeue a `nonfinite` stop, which would diverge at the same step\nagain: that one waits for a fix. An sbatch script that requeues itself while\nthe run stops on request (a sketch: SLURM is not available on this\nrepository\'s machine, so it has not been run):',
+    '```bash\n#!/bin/bash\n#SBATCH --nodes=1 --gpus-per-node=4 --time=04:00:00\n#SBATCH --signal=B:USR1@300        # SIGUSR1 to this script 5 minutes before the limit\n#SBATCH --requeue --open-mode=append\nRUN=runs/vit-$SLURM_JOB_ID         # a requeued job keeps its id\nif [ -f $RUN/config.json ]; then ARGS="--resume $RUN"; else ARGS="--paper vit --out $RUN"; fi\ntorchrun --nproc_per_node 4 train.py $ARGS --time-limit 03:58:00 &\nPID=$!\ntrap \'kill -TERM $PID\' USR1        # torchrun passes SIGTERM on to every rank\nwait $PID; wait $PID\n[ -f $RUN/result.json ] || scontrol requeue $SLURM_JOB_ID\n```':
+        '```bash\n#!/bin/bash\n#SBATCH --nodes=1 --gpus-per-node=4 --time=04:00:00\n#SBATCH --signal=B:USR1@300        # SIGUSR1 to this script 5 minutes before the limit\n#SBATCH --requeue --open-mode=append\nRUN=runs/vit-$SLURM_JOB_ID         # a requeued job keeps its id\nif [ -f $RUN/config.json ]; then ARGS="--resume $RUN"; else ARGS="--paper vit --out $RUN"; fi\nrm -f $RUN/stopped.json            # the last job\'s, which a resume failing before it loads would keep\ntorchrun --nproc_per_node 4 train.py $ARGS --time-limit 03:58:00 &\nPID=$!\ntrap \'kill -TERM $PID\' USR1        # torchrun passes SIGTERM on to every rank\nwait $PID; wait $PID\nagain only after a stop request (a signal, --time-limit): not after a crash, nor a non-finite loss\ngrep -qs \'"reason": "SIG\\|"reason": "--time\' $RUN/stopped.json && scontrol requeue $SLURM_JOB_ID\n```',
+    "A loss that is NaN or infinite on any rank ends the run the same way on\nevery rank, with exit code **65** and one line (`train.py: error: the loss is\nnan at step 3; the run stops; last good checkpoint: runs/.../step_2 (resume\nwith --resume runs/..., after a fix)`); with `--nonfinite skip` that step's\nupdate is left out on every rank (as the fp16 GradScaler skips a step; the\nlearning-rate schedule moves on), the skips are counted in metrics.jsonl and\nresult.json (`skipped_steps`), and `--nonfinite-patience K` skipped steps in\na row (10) stop it as above (`tests/test_nonfinite.py`: a NaN put into one\nrank's batch under ddp).":
+        "A loss that is NaN or infinite on any rank ends the run the same way on\nevery rank, with exit code **65** and one line (`train.py: error: the loss is\nnan at step 3; the run stops; last good checkpoint: runs/.../step_2 (resume\nwith --resume runs/..., after a fix)`), and `stopped.json` with reason\n`nonfinite`, the step whose loss it was, the last good checkpoint (or null)\nand exit code 65; with `--nonfinite skip` that step's\nupdate is left out on every rank (as the fp16 GradScaler skips a step; the\nlearning-rate schedule moves on), the skips are counted in metrics.jsonl and\nresult.json (`skipped_steps`), and `--nonfinite-patience K` skipped steps in\na row (10) stop it as above (`tests/test_nonfinite.py`: a NaN put into one\nrank's batch under ddp).",
+    '  checkpoints/step_<N>/  DCP checkpoints (see below)\n':
+        '  checkpoints/step_<N>/  DCP checkpoints (see below)\n  stopped.json       only while a run that stopped on request (signal, --time-limit, non-finite loss)\n                     waits to be resumed: reason, step, checkpoint, exit code, the resume command\n',
 }
 
 

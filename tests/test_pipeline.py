@@ -117,7 +117,11 @@ def test_pp_trains_the_single_process_weights(paper, tmp_path):
     too, and under torchrun here until 48625ed, for the suite's time: its blocks are GPT's pre-norm ones.)"""
     assert main(["--paper", paper, *FLAGS, "--grad-accum", "2", "--out", str(tmp_path / "single")]) == 0
     torchrun(["--paper", paper, *FLAGS, "--pp", "2", "--out", str(tmp_path / "pp")], cwd=tmp_path)
-    assert max_difference(weights(tmp_path / "pp"), weights(tmp_path / "single")) < 1e-5
+    # AdamW divides each gradient entry by its own running size, so the float rounding of a sum taken in
+    # another order (microbatch by microbatch on two stages) moves a near-zero entry visibly: 2.4e-5 at the
+    # most here (stages.2.0.conv2, |w| up to 0.18, an AMD EPYC; 1e-5 held on the machine before), against
+    # steps of up to 6e-4 (lr 3e-3 in its 20-step warm-up) that a wrong normalisation or gradient scale would change
+    assert max_difference(weights(tmp_path / "pp"), weights(tmp_path / "single")) < 1e-4
     one, pp = (load_json(tmp_path / run / "result.json") for run in ("single", "pp"))
     assert pp["final_metrics"] == pytest.approx(one["final_metrics"], rel=1e-6, abs=1e-6)
 

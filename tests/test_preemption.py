@@ -1,7 +1,9 @@
 """A run told to stop (SIGTERM, SIGUSR1, --time-limit) stops after a step with a checkpoint, says how
-to resume in one line, exits with 75, and resumes to the uninterrupted run's weights bit for bit (the
-runs of tests/test_checkpoint.py): in one process and in 2 under torchrun (the signal sent to torchrun)."""
+to resume in one line, exits with 75, leaves stopped.json for a scheduler's script (none after a crash,
+none once resumed), and resumes to the uninterrupted run's weights bit for bit (the runs of
+tests/test_checkpoint.py): in one process and in 2 under torchrun (the signal sent to torchrun)."""
 
+import json
 import os
 import re
 import signal
@@ -11,8 +13,8 @@ import time
 
 import pytest
 
-from common import checkpoint
-from common.preemption import EXIT_PREEMPTED, StopSignals, parse_time_limit
+from common import checkpoint, trainer
+from common.preemption import EXIT_PREEMPTED, STOPPED, StopSignals, parse_time_limit
 from tests.conftest import ROOT, bitwise_equal, launch_env, torchrun, torchrun_command, weights
 from tests.test_checkpoint import FLAGS as UNINTERRUPTED, ddp_run, single_run  # noqa: F401 (the fixtures)
 from train import main
@@ -47,6 +49,15 @@ def stopped_step(err: str, run) -> int:
     return step
 
 
+def assert_marked(run, reason: str, step: int, launcher: str) -> None:
+    """stopped.json names the reason, the step, its checkpoint (complete: the newest), exit code 75 and
+    the command that resumes the run."""
+    assert json.loads((run / STOPPED).read_text()) == {
+        "reason": reason, "step": step, "checkpoint": str(checkpoint.checkpoint_dir(run, step)),
+        "exit_code": EXIT_PREEMPTED, "resume": f"{launcher} train.py --resume {run}"}
+    assert checkpoint.latest(run) == checkpoint.checkpoint_dir(run, step)
+
+
 def test_sigterm_in_one_process_saves_and_resumes_bitwise(single_run, tmp_path):
     run = tmp_path / "stopped"
     cmd = [sys.executable, str(ROOT / "train.py"), *FLAGS, "--out", str(run)]
@@ -56,8 +67,9 @@ def test_sigterm_in_one_process_saves_and_resumes_bitwise(single_run, tmp_path):
     # not a terminal: a plain line per logged step (--log-every 1), no progress-bar frames
     assert "\r" not in out + err and f"step {step}/30: loss " in out
     assert not (run / "result.json").exists()
+    assert_marked(run, "SIGTERM", step, "python")
     assert main(["--resume", str(run)]) == 0
-    assert bitwise_equal(weights(run), weights(single_run))
+    assert bitwise_equal(weights(run), weights(single_run)) and not (run / STOPPED).exists()
 
 
 def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes_bitwise(ddp_run, tmp_path):
@@ -66,14 +78,29 @@ def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes_bitwise(dd
                            tmp_path)
     step = stopped_step(err, run)  # torchrun itself exits 1 after a signal; its workers exit 75
     assert "--resume" in err and len(list((checkpoint.checkpoint_dir(run, step)).glob("*.distcp"))) == 2
+    assert_marked(run, "SIGTERM", step, "torchrun --nproc_per_node 2")  # what a script requeues on
     torchrun(["--resume", str(run)], cwd=tmp_path)
-    assert bitwise_equal(weights(run), weights(ddp_run))
+    assert bitwise_equal(weights(run), weights(ddp_run)) and not (run / STOPPED).exists()
 
 
-def test_time_limit_stops_with_a_checkpoint(tmp_path):
+def test_time_limit_stops_with_a_checkpoint_and_a_crash_leaves_no_marker(tmp_path, monkeypatch):
+    run = tmp_path / "run"
     # this test process started long before a 1-second limit: the run stops after its first step
-    assert main(FLAGS + ["--time-limit", "00:01", "--out", str(tmp_path / "run")]) == EXIT_PREEMPTED
-    assert checkpoint.latest(tmp_path / "run").name == "step_1"
+    assert main(FLAGS + ["--time-limit", "00:01", "--out", str(run)]) == EXIT_PREEMPTED
+    assert_marked(run, "--time-limit", 1, "python")
+    # the resume loads step_1 (the marker goes), then crashes at step 3: a crash writes none, so a script
+    # that requeues on the marker does not requeue a run that crashes at the same step every time
+    next_batch = trainer.Trainer.next_batch
+
+    def crashing(self, batches, padding):
+        if self.state["step"] + 1 == 3:
+            raise RuntimeError("a bug at step 3")
+        return next_batch(self, batches, padding)
+
+    monkeypatch.setattr(trainer.Trainer, "next_batch", crashing)
+    with pytest.raises(RuntimeError, match="a bug at step 3"):
+        main(["--resume", str(run), "--time-limit", "10:00:00"])
+    assert not (run / STOPPED).exists() and not (run / "result.json").exists()
 
 
 def test_sigusr1_is_noted_and_a_second_signal_changes_nothing():

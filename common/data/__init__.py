@@ -25,7 +25,7 @@ from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
 from common.errors import ConfigError
 
-HF_PREFIX = "hf:"  # a Hugging Face data set: hf:NAME_OR_PATH[:CONFIG] (common.data.hf)
+from common.choices import HF_PREFIX
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,7 @@ from common.errors import ConfigError
 BLOCK_SIZE = 128  # tokens a sample reads
 TRAIN_FRACTION = 0.9  # of the characters
 UNK = 0
-TOKENIZERS = ("char", "bpe")
-BPE_VOCAB_SIZE = 1024  # --vocab-size's default: 256 bytes and 768 merges
+from common.choices import BPE_VOCAB_SIZE, TOKENIZERS
 
 
 @lru_cache(maxsize=1)

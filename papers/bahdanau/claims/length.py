@@ -17,28 +17,31 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import torch
-from torch.utils.data import DataLoader, Subset
-
 from common import seeds
-from common.data import dataset_for, options
-from common.data.long_pairs import BIN, length_bin
 from common.errors import ConfigError
 from common.export import load_run
 from common.leaderboard import local_results, sweep_runs
-from common.tasks import get_task
+
+# Nothing above imports torch: --help and a mistyped flag are answered at once.
 
 HERE = Path(__file__).parent
 SWEEP = "bahdanau-length"
 PAPERS = {"gru": "RNN Encoder-Decoder (gru tiny)", "bahdanau": "RNNsearch (bahdanau tiny)"}
+FONTS = {"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}  # the figure is shown at its own size
 
 
-@torch.no_grad()
 def bleu_by_length(run_dir: Path, batch_size: int = 128, per_bin: int | None = None) -> dict[str, dict]:
     """A finished seq2seq run's test split decoded by its final weights and scored per BIN-word bin of
     source length: {first length of the bin, as a string ("5", "10", ...) or "all" for the whole split:
     {"bleu" (0 to 100), "exact_match", "sentences"}}. Decoding and scores are the seq2seq task's (greedy,
     as the trainer evaluates), one bin at a time; per_bin: only each bin's first that many sentences."""
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    from common.data import dataset_for, options
+    from common.data.long_pairs import length_bin
+    from common.tasks import get_task
+
     model, cfg = load_run(run_dir)
     data = dataset_for(cfg)
     _, test = data.read(**options(cfg))
@@ -51,15 +54,16 @@ def bleu_by_length(run_dir: Path, batch_size: int = 128, per_bin: int | None = N
             bins[length_bin(n)].append(i)
     collate = data.collate(cfg.pad_multiple)
     scores, everything = {}, task.build_metrics(torch.device("cpu"))
-    for first in sorted(bins):
-        metrics = task.build_metrics(torch.device("cpu"))
-        for inputs, targets in DataLoader(Subset(test, bins[first]), batch_size=batch_size, collate_fn=collate):
-            outputs = task.forward(model, inputs, targets)
-            task.update(metrics, outputs, targets)
-            task.update(everything, outputs, targets)
-        m = task.compute(metrics)
-        scores[str(first)] = {"bleu": m["bleu"], "exact_match": m["exact_match"], "sentences": len(bins[first])}
-    m = task.compute(everything)
+    with torch.no_grad():
+        for first in sorted(bins):
+            metrics = task.build_metrics(torch.device("cpu"))
+            for inputs, targets in DataLoader(Subset(test, bins[first]), batch_size=batch_size, collate_fn=collate):
+                outputs = task.forward(model, inputs, targets)
+                task.update(metrics, outputs, targets)
+                task.update(everything, outputs, targets)
+            m = task.compute(metrics)
+            scores[str(first)] = {"bleu": m["bleu"], "exact_match": m["exact_match"], "sentences": len(bins[first])}
+        m = task.compute(everything)
     scores["all"] = {"bleu": m["bleu"], "exact_match": m["exact_match"], "sentences": sum(map(len, bins.values()))}
     return scores
 
@@ -96,29 +100,32 @@ def summary(record: dict) -> list[dict]:
 def plot(rows: list[dict], record: dict, out: Path) -> None:
     import matplotlib
 
+    from common.data.long_pairs import BIN
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     bins = [r for r in rows if r["bin"] != "all"]
     x = [int(r["bin"]) + (BIN - 1) / 2 for r in bins]  # the bin's middle length
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for paper, name in PAPERS.items():
-        if paper not in record:
-            continue
-        for run in record[paper].values():
-            ax.plot(x, [run["bleu"][r["bin"]]["bleu"] for r in bins], alpha=0.25, linewidth=1,
-                    color="tab:red" if paper == "bahdanau" else "tab:blue")
-        line, = ax.plot(x, [r[paper] for r in bins], marker="o", label=f"{name}, mean of {bins[0][f'{paper}_n']} "
-                        f"seeds, 95% interval", color="tab:red" if paper == "bahdanau" else "tab:blue")
-        ax.fill_between(x, [r[f"{paper}_low"] for r in bins], [r[f"{paper}_high"] for r in bins],
-                        color=line.get_color(), alpha=0.2)
-    ax.set_xticks(x, [f"{r['bin']}-{int(r['bin']) + BIN - 1}" for r in bins])
-    ax.set(xlabel="source sentence length (words)", ylabel="test BLEU (greedy)", ylim=(0, 100),
-           title="long-pairs: BLEU against source length (Bahdanau et al., Fig. 2)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with plt.rc_context(FONTS):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for paper, name in PAPERS.items():
+            if paper not in record:
+                continue
+            for run in record[paper].values():
+                ax.plot(x, [run["bleu"][r["bin"]]["bleu"] for r in bins], alpha=0.25, linewidth=1,
+                        color="tab:red" if paper == "bahdanau" else "tab:blue")
+            line, = ax.plot(x, [r[paper] for r in bins], marker="o", label=f"{name}, mean of {bins[0][f'{paper}_n']} "
+                            f"seeds, 95% interval", color="tab:red" if paper == "bahdanau" else "tab:blue")
+            ax.fill_between(x, [r[f"{paper}_low"] for r in bins], [r[f"{paper}_high"] for r in bins],
+                            color=line.get_color(), alpha=0.2)
+        ax.set_xticks(x, [f"{r['bin']}-{int(r['bin']) + BIN - 1}" for r in bins])
+        ax.set(xlabel="source sentence length (words)", ylabel="test BLEU (greedy)", ylim=(0, 100),
+               title="long-pairs: BLEU against source length (Bahdanau et al., Fig. 2)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out, dpi=110)  # 770 px wide: the page shows it at its own size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from common.data.long_pairs import BIN
+
     try:
         record = measure(args.results_dir)
     except ConfigError as e:

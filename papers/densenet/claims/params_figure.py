@@ -27,6 +27,7 @@ HERE = Path(__file__).parent
 SWEEPS = {"densenet": "densenet-figure-3", "resnet": "densenet-figure-3-resnet"}
 NAMES = {"densenet": "DenseNet-BC-22", "resnet": "ResNet-20"}
 DRAWS = 2000
+FONTS = {"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}  # the figure is shown at its own size
 
 
 def measure(results: list[dict]) -> dict:
@@ -94,21 +95,24 @@ def plot(record: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for model, widths in record.items():
-        params = [w["params"] for w in widths]
-        stats = [seeds.summarize(w["accuracies"]) for w in widths]
-        line = ax.errorbar(params, [s.mean for s in stats], marker="o", capsize=3,
-                           yerr=[[s.mean - s.low for s in stats], [s.high - s.mean for s in stats]],
-                           label=f"{NAMES[model]} ({', '.join(w['setting'] for w in widths)}; 95% interval)")
-        for w in widths:
-            ax.scatter([w["params"]] * len(w["accuracies"]), w["accuracies"], s=8, color=line[0].get_color(), alpha=0.6)
-    ax.set_xscale("log")
-    ax.set(xlabel="parameters", ylabel="test accuracy", title="Accuracy against parameters on the shapes (3 epochs)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with plt.rc_context(FONTS):
+        fig, ax = plt.subplots(figsize=(7, 4.8))
+        for model, widths in record.items():
+            params = [w["params"] for w in widths]
+            stats = [seeds.summarize(w["accuracies"]) for w in widths]
+            line = ax.errorbar(params, [s.mean for s in stats], marker="o", capsize=3,
+                               yerr=[[s.mean - s.low for s in stats], [s.high - s.mean for s in stats]],
+                               label=f"{NAMES[model]} ({', '.join(w['setting'] for w in widths)}; 95% interval)")
+            for w in widths:
+                ax.scatter([w["params"]] * len(w["accuracies"]), w["accuracies"], s=8, color=line[0].get_color(),
+                           alpha=0.6)
+        ax.set_xscale("log")
+        ax.set(xlabel="parameters", ylabel="test accuracy",
+               title="Accuracy against parameters on the shapes (3 epochs)")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15))  # below: it hid the last point
+        ax.grid(alpha=0.3, which="both")
+        fig.tight_layout()
+        fig.savefig(out, dpi=110)  # 770 px wide: the page shows it at its own size
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,21 +19,23 @@ import math
 import sys
 from pathlib import Path
 
-import torch
-
 from common import seeds
-from common.data import get_dataset
 from common.evaluate import evaluate_run
 from common.leaderboard import local_results, sweep_runs
 
 HERE = Path(__file__).parent
 SWEEPS = {"detr": "detr-object-size", "faster_rcnn": "faster_rcnn-proposals"}
+FONTS = {"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}  # the figure is shown at its own size
 COCO_SHARES = (0.41, 0.34, 0.24)  # COCO's objects: small, medium, large
 SIZES = ("map_small", "map_medium", "map_large")
 
 
 def thresholds() -> tuple[float, float]:
     """The test split's box areas at COCO's cumulative shares (41% and 75%), plus half a pixel."""
+    import torch
+
+    from common.data import get_dataset
+
     _, test = get_dataset("digits-detect").read()
     areas = torch.cat([(t["boxes"][:, 2] - t["boxes"][:, 0]) * (t["boxes"][:, 3] - t["boxes"][:, 1])
                        for _, t in (test[i] for i in range(len(test)))])
@@ -79,22 +81,24 @@ def plot(rows: list[dict], record: dict, areas: tuple[float, float], out: Path) 
 
     rows = [r for r in rows if r["metric"] != "small/large"]
     labels = ["all", f"small\n(< {areas[0]:g} px²)", "medium", f"large\n(> {areas[1]:g} px²)"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for k, (paper, name) in enumerate((("detr", "DETR tiny"), ("faster_rcnn", "Faster R-CNN tiny"))):
-        x = [i + (k - 0.5) * 0.3 for i in range(len(rows))]
-        means = [r[paper] for r in rows]
-        err = [[r[paper] - r[f"{paper}_low"] for r in rows], [r[f"{paper}_high"] - r[paper] for r in rows]]
-        ax.bar(x, means, width=0.3, label=f"{name} ({len(record[paper])} seeds, 95% interval)", alpha=0.8)
-        ax.errorbar(x, means, yerr=err, fmt="none", color="black", capsize=3)
-        for i, row in enumerate(rows):
-            ax.scatter([x[i]] * len(record[paper]), [run[row["metric"]] for run in record[paper].values()],
-                       color="black", s=8, zorder=3)
-    ax.set_xticks(range(len(rows)), labels)
-    ax.set(ylabel="test AP (COCO, .5:.95)", title="By object size on digits-detect (areas at COCO's proportions)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with plt.rc_context(FONTS):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for k, (paper, name) in enumerate((("detr", "DETR tiny"), ("faster_rcnn", "Faster R-CNN tiny"))):
+            x = [i + (k - 0.5) * 0.3 for i in range(len(rows))]
+            means = [r[paper] for r in rows]
+            err = [[r[paper] - r[f"{paper}_low"] for r in rows], [r[f"{paper}_high"] - r[paper] for r in rows]]
+            ax.bar(x, means, width=0.3, label=f"{name} ({len(record[paper])} seeds, 95% interval)", alpha=0.8)
+            ax.errorbar(x, means, yerr=err, fmt="none", color="black", capsize=3)
+            for i, row in enumerate(rows):
+                ax.scatter([x[i]] * len(record[paper]), [run[row["metric"]] for run in record[paper].values()],
+                           color="black", s=8, zorder=3)
+        ax.set_xticks(range(len(rows)), labels)
+        ax.set(ylabel="test AP (COCO, .5:.95)",
+               title="By object size on digits-detect (areas at COCO's proportions)")
+        ax.legend()
+        ax.grid(alpha=0.3, axis="y")
+        fig.tight_layout()
+        fig.savefig(out, dpi=110)  # 770 px wide: the page shows it at its own size
 
 
 def build_parser() -> argparse.ArgumentParser:

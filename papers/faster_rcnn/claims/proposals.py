@@ -22,6 +22,7 @@ from common.leaderboard import local_results, sweep_runs
 HERE = Path(__file__).parent
 SWEEP = "faster_rcnn-proposals"
 NS = (1, 3, 10, 30, 100, 300)  # proposals after NMS at test time; 300 is all the 300 before NMS can keep
+FONTS = {"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}  # the figure is shown at its own size
 DEFAULT = 100  # the tiny flavor's own number at test time
 TRAINING = 150  # the tiny flavor's number in training (unused at test; the tuple needs it)
 
@@ -56,19 +57,20 @@ def plot(rows: list[dict], record: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for s, by_n in record["map"].items():
-        ax.plot(NS, [by_n[str(n)]["map"] for n in NS], color="gray", alpha=0.4, marker=".", linewidth=1)
-    means = [r["map"] for r in rows]
-    ax.errorbar(NS, means, yerr=[[r["map"] - r["low"] for r in rows], [r["high"] - r["map"] for r in rows]],
-                marker="o", capsize=4, label=f"mean of {rows[0]['n']} seeds, 95% interval (gray: each seed)")
-    ax.set(xscale="log", xlabel="RPN proposals kept after NMS at test time", ylabel="test mAP (COCO, .5:.95)",
-           title="Faster R-CNN tiny on digits-detect: the same weights, N proposals")
-    ax.set_xticks(NS, [str(n) for n in NS])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with plt.rc_context(FONTS):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for s, by_n in record["map"].items():
+            ax.plot(NS, [by_n[str(n)]["map"] for n in NS], color="gray", alpha=0.4, marker=".", linewidth=1)
+        means = [r["map"] for r in rows]
+        ax.errorbar(NS, means, yerr=[[r["map"] - r["low"] for r in rows], [r["high"] - r["map"] for r in rows]],
+                    marker="o", capsize=4, label=f"mean of {rows[0]['n']} seeds, 95% interval (gray: each seed)")
+        ax.set(xscale="log", xlabel="RPN proposals kept after NMS at test time", ylabel="test mAP (COCO, .5:.95)",
+               title="Faster R-CNN tiny on digits-detect: the same weights, N proposals")
+        ax.set_xticks(NS, [str(n) for n in NS])
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out, dpi=110)  # 770 px wide: the page shows it at its own size
 
 
 def build_parser() -> argparse.ArgumentParser:

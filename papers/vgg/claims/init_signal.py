@@ -7,10 +7,14 @@ no gradient to learn from. Added after the sweep's results (most runs stayed at 
     python -m papers.vgg.claims.init_signal
 """
 
+from __future__ import annotations
+
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 FLAVORS = ("VGG-11", "VGG-11-LRN", "VGG-13", "VGG-16", "VGG-19")
 KWARGS = dict(width=0.25, fc_width=128)
@@ -18,6 +22,8 @@ KWARGS = dict(width=0.25, fc_width=128)
 
 def spread(flavor: str, seed: int, images: torch.Tensor) -> float:
     """The logits' standard deviation over the images, averaged over the classes, of the net drawn by `seed`."""
+    import torch
+
     from papers import get_paper
 
     spec = get_paper("vgg").for_flavor(flavor)
@@ -34,9 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
     from common.data import get_dataset
 
-    args = build_parser().parse_args(argv)
     train, _ = get_dataset("shapes").read()
     images = torch.stack([train[i][0] for i in range(args.images)])
     print("| flavor | seed 0 | seed 1 | seed 2 |\n|---|---|---|---|")
