@@ -6,12 +6,16 @@ else changed, the registry-wide tests cover it and `torchrun --nproc_per_node 2 
 allconv` trains it.
 """
 
+import pytest
+
 import re
 import shutil
 import subprocess
 import sys
 
 from tests.conftest import ROOT, launch_env, load_json, torchrun_command
+
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
 
 EXAMPLE = ROOT / "tests" / "example_paper"
 REGISTRY_WIDE = ["tests/test_papers.py", "tests/test_export.py", "tests/test_variable.py"]

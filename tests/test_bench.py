@@ -1,6 +1,8 @@
 """The bench (common/bench.py): its smoke form over every paper it times by default, and its refusals.
 The figures themselves are the README's, from full runs; here only that each row runs."""
 
+import pytest
+
 from types import SimpleNamespace
 
 import torch
@@ -8,6 +10,8 @@ import torch
 from common import bench, bench_rows, export
 from common.config import build_parser, resolve, validate
 from papers import get_paper
+
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
 
 
 def table_rows(table: str) -> list[list[str]]:
@@ -50,11 +54,15 @@ def exported_or_stood_in(real):
 # bench handles (a fixed size, auxiliary outputs, padded images, sequences, pairs, tokens), as every paper
 # did until commit 9e621dd (row e until ac27f92, rows b and g until 48625ed)
 KINDS = ("lenet", "googlenet", "vit", "lstm", "seq2seq", "gpt")
+# row a runs each paper's default run through the trainer and a bare loop, the same code for every paper
+# (the trainer itself is test_papers' and test_train's): an image paper and a sequence paper, for the
+# suite's time (each run evaluates its whole test split)
+ROW_A_KINDS = ("vit", "lstm")
 
 
 def test_every_default_row_runs_for_every_paper_it_times(capsys, monkeypatch):
     """A new paper cannot break the bench unnoticed: `--smoke` (one step, one call, no warm-up) runs rows c
-    and f over every paper of the default list, and rows a, b, d, e and g over KINDS. Row f's three launches
+    and f over every paper (--papers all), rows b, d, e and g over KINDS and row a over ROW_A_KINDS. Row f's three launches
     a paper (8 minutes for all of them) are not made: each of its commands goes through train.py's own flag
     checks at its number of processes, which refuse a paper that cannot train that way; row g's ONNX
     exports are made for two papers (see exported_or_stood_in)."""
@@ -76,23 +84,25 @@ def test_every_default_row_runs_for_every_paper_it_times(capsys, monkeypatch):
     monkeypatch.setattr(bench_rows, "_run_train", checked)
     monkeypatch.setattr(bench_rows, "_run_loop", loop_checked)
     monkeypatch.setattr(bench_rows, "_onnx_session", exported_or_stood_in(bench_rows._onnx_session))
-    table = bench.main(["--smoke", "--rows", "c,f", "--papers", "all"]) + "\n" + bench.main(
-        ["--smoke", "--rows", "a,b,d,e,g", "--papers", ",".join(KINDS)])
+    table = "\n".join([bench.main(["--smoke", "--rows", "c,f", "--papers", "all"]),
+                       bench.main(["--smoke", "--rows", "b,d,e,g", "--papers", ",".join(KINDS)]),
+                       bench.main(["--smoke", "--rows", "a", "--papers", ",".join(ROW_A_KINDS)])])
     rows = [r for r in table_rows(table) if r and r[0] != "row" and not r[0].startswith("-")]
     assert rows and all(float(r[4]) > 0 for r in rows)
     covers = lambda letter: {r[1].split(":")[0].split(" ")[0] for r in rows if r[0] == letter}
     papers = set(bench_rows.benched())
     assert len(papers) >= 14 and "lenet" in papers  # a fixed-size paper: row g exports it at its own size
     assert covers("f") == papers
-    for letter in "adeg":
+    for letter in "deg":
         assert covers(letter) == set(KINDS), letter
+    assert covers("a") == set(ROW_A_KINDS)
     assert covers("b") == {p for p in KINDS if get_paper(p).reference_models}
     assert covers("c") == {"lstm"}
     assert sum(r[0] == "g" for r in rows) == 2 * len(KINDS)  # compiled and onnxruntime, at batch 1
     assert "gpt vs transformers GPT2LMHeadModel, 128 tokens: forward+backward, batch 64" in table
-    assert sum(r[0] == "a" for r in rows) == 2 * len(KINDS)  # one process and two, without the feature runs
+    assert sum(r[0] == "a" for r in rows) == 2 * len(ROW_A_KINDS)  # one process and two, without the feature runs
     assert sorted(launches) == sorted([(p, s, n) for p in papers for s, n in (("auto", 1), ("ddp", 2), ("fsdp", 2))]
-                                      + [(p, "auto", 2) for p in KINDS])  # row f's, then row a's 2 processes
+                                      + [(p, "auto", 2) for p in ROW_A_KINDS])  # row f's, then row a's 2 processes
 
 
 def test_the_bench_refuses_detection_papers_and_unknown_rows_in_one_line(capsys):

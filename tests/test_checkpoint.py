@@ -19,6 +19,8 @@ from tests.conftest import (ROOT, bitwise_equal, interrupted_copy, launch_env, l
                             torchrun, torchrun_command, tree_snapshot, wandb_run_folders, weights)
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 FLAGS = ["--paper", "vit", "--max-steps", "30", "--ckpt-every", "5", "--keep-ckpts", "10", "--clip-grad", "0.5"]
 
 

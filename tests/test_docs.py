@@ -231,6 +231,38 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "A loss that is NaN or infinite on any rank ends the run the same way on\nevery rank, with exit code **65** and one line (`train.py: error: the loss is\nnan at step 3; the run stops; last good checkpoint: runs/.../step_2 (resume\nwith --resume runs/..., after a fix)`), and `stopped.json` with reason\n`nonfinite`, the step whose loss it was, the last good checkpoint (or null)\nand exit code 65; with `--nonfinite skip` that step's\nupdate is left out on every rank (as the fp16 GradScaler skips a step; the\nlearning-rate schedule moves on), the skips are counted in metrics.jsonl and\nresult.json (`skipped_steps`), and `--nonfinite-patience K` skipped steps in\na row (10) stop it as above (`tests/test_nonfinite.py`: a NaN put into one\nrank's batch under ddp).",
     '  checkpoints/step_<N>/  DCP checkpoints (see below)\n':
         '  checkpoints/step_<N>/  DCP checkpoints (see below)\n  stopped.json       only while a run that stopped on request (signal, --time-limit, non-finite loss)\n                     waits to be resumed: reason, step, checkpoint, exit code, the resume command\n',
+    # docs/performance.md after the start-up and per-step work: row a and row g measured again, the bench's
+    # default papers, the smoke test's --papers all; adding a paper's catalog line
+    "One run of the bench on this repository's machine\n(2-core AMD EPYC CPU, torch 2.14.1, no GPU), when its default papers were\nvit, resnet and lstm (today's default is every paper but detection's, so\nthis is the run of):":
+        "The bench times one paper of each family by default\n(vit, resnet, lstm); `--papers all` times every paper but detection's. It\nprints a line on stderr as each (row, paper) starts and when it ends, with the\ntime left as estimated so far, and Ctrl-C prints the rows measured until then.\n\nA quick look, every default row briefly (4 steps, 1 repeat, the eager compile\nbackend; its ratios are rough): **205 s** wall on this repository's machine\n(2-core AMD EPYC, torch 2.14.1, no GPU), commit fbaa830:\n\n```\npython -m common.bench --quick\n```\n\nOne run of the bench on the same machine, when its default papers were vit,\nresnet and lstm, as they are again (rows b to f; rows a and g below were\nmeasured again at commit fbaa830, see [What a step costs]\nand the row g lines under the table):",
+    '| a | vit: trainer vs bare loop, samples/s (100 steps, batch 64) | 3,567 | 3,493 | 1.035 | >= 0.97 | yes |\n':
+        '',
+    '| a | resnet: trainer vs bare loop, samples/s (100 steps, batch 64) | 5,083 | 4,931 | 1.023 | >= 0.97 | yes |\n':
+        '',
+    '| a | lstm: trainer vs bare loop, samples/s (100 steps, batch 64) | 10,999 | 10,438 | 1.057 | >= 0.97 | yes |\n':
+        '',
+    '| g | vit tiny: inference latency, batch 1: compiled vs eager | 0.551 ms | 0.739 ms | 0.746 |  |  |\n':
+        '',
+    '| g | vit tiny: inference latency, batch 32: compiled vs eager | 2.424 ms | 2.660 ms | 0.949 |  |  |\n':
+        '',
+    '| g | resnet tiny: inference latency, batch 1: compiled vs eager | 0.430 ms | 0.693 ms | 0.622 |  |  |\n':
+        '',
+    '| g | resnet tiny: inference latency, batch 32: compiled vs eager | 1.471 ms | 1.816 ms | 0.823 |  |  |\n':
+        '',
+    '| g | lstm tiny: inference latency, batch 1: compiled vs eager | 0.182 ms | 0.410 ms | 0.443 |  |  |\n':
+        '',
+    '| g | lstm tiny: inference latency, batch 32: compiled vs eager | 0.528 ms | 0.842 ms | 0.628 |  |  |\n':
+        '',
+    '| g | onnxruntime: comes with the ONNX export issue |  |  |  |  |  |\n':
+        '',
+    '`tests/test_bench.py` runs `python -m common.bench\n--smoke` over every paper of the default list, so a new paper cannot break the\nbench unnoticed':
+        '`tests/test_bench.py` runs `python -m common.bench\n--smoke --papers all` (rows c and f; the others over one paper of each kind of\ninput), so a new paper cannot break the\nbench unnoticed',
+    "3. **One line in `papers/__init__.py`**: the folder's name in `PAPER_FOLDERS`.\n":
+        "3. **One line in `papers/__init__.py`**: the folder's name in `PAPER_FOLDERS`; then\n   `python -m papers.catalog` writes the paper's name, family, year, title and flavors into\n   `papers/catalog.json`, which `train.py --list` prints without importing torch (a test fails,\n   naming this command, while the file and the papers disagree).\n",
+    '- The trainer costs nothing measurable over a bare PyTorch loop (row a: 1.02\n  to 1.06, within the noise;':
+        '- The trainer costs nothing measurable over a bare PyTorch loop (row a at\n  commit fbaa830, one process and 2-process DDP: 0.975 to 1.030, [What a step\n  costs]; before, in one process: 1.02 to 1.06, within the noise;',
+    '- Compiled inference is 1.3x to 2.3x faster at batch 1 and 1.05x to 1.6x at batch 32 (row g).\n  Row g now also times onnxruntime; its run is in\n  [Export to ONNX and serve on a CPU].':
+        '- Compiled inference is 1.4x to 2.3x faster at batch 1 and 1.1x to 1.5x at batch 32 (row g);\n  onnxruntime on the same 2 threads is 2.1x to 4.7x faster at batch 1, 1.7x (ResNet, LSTM) at\n  batch 32, and 8% slower for the tiny ViT at batch 32 (see also\n  [Export to ONNX and serve on a CPU]).',
 }
 
 

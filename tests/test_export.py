@@ -18,6 +18,8 @@ from papers import get_paper, list_papers
 from tests.conftest import ROOT, launch_env
 from train import main as train_main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 
 def dims(path: Path, outputs: bool = False) -> dict[str, list]:
     """Each graph input's (or output's) dimensions: an int where fixed, a name where dynamic."""

@@ -18,6 +18,8 @@ from papers.gpt import PAPER
 from papers.gpt.model import GPT, GPTClassifier
 from tests.conftest import made_once, max_difference, refused, weights
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 TOPICS = get_dataset("pydoc-topics")
 CLASSES = len(text.TOPIC_CLASSES)
 

@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from common.data import get_dataset, text
 from common.tasks import get_task
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 
 def test_the_pydoc_corpus_is_real_english_split_by_topic_in_blocks_shifted_by_one():
     train_text, test_text = text.corpus()

@@ -1,6 +1,8 @@
 """The results store and the leaderboard: ranking, concurrent writers, interrupted and resumed runs,
 reruns, the wandb source, the README section, the plot."""
 
+import pytest
+
 import glob
 import json
 import multiprocessing
@@ -15,6 +17,8 @@ from common import leaderboard
 from common.tracking import store_result
 from tests.conftest import ROOT, interrupted_copy, launch_env, load_json
 from train import main
+
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
 
 
 def fake(run_id, paper, final, task="classification", dataset="digits", **extra):

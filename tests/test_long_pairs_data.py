@@ -18,6 +18,8 @@ from papers.bahdanau.claims import length
 from tests.conftest import load_json, made_once, refused
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 # A bin's BLEU is a corpus BLEU over its sentences: with 100 of them one sentence is 1% of the bin's
 # n-grams, so that no single sentence moves a bin's score by much more than a point, and the shortest
 # bin still counts 500 source words. 100 is also what a test split of 900 (evaluated every epoch in

@@ -7,6 +7,8 @@ from common.mesh import Layout, resolve
 from tests.conftest import interrupted_copy, load_json, made_once, max_difference, torchrun, weights
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 # clipping small enough to act on every step, two micro-steps a step
 FLAGS = ["--paper", "vit", "--max-steps", "4", "--batch-size", "32", "--grad-accum", "2", "--clip-grad", "0.3",
          "--ckpt-every", "1", "--keep-ckpts", "4", "--wandb", "disabled"]

@@ -21,6 +21,8 @@ from torchmetrics.classification import MultilabelExactMatch, MultilabelF1Score
 
 from common.tasks import Task
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 ATTRIBUTES = {"even": {0, 2, 4, 6, 8}, "prime": {2, 3, 5, 7}, "above four": {5, 6, 7, 8, 9}, "round": {0, 6, 8, 9}}
 
 

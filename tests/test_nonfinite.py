@@ -3,12 +3,16 @@ value and the last good checkpoint (exit code 65), and stopped.json says so (rea
 to requeue); --nonfinite skip leaves out that step's update on
 every rank, counts it, and stops after --nonfinite-patience skipped steps in a row."""
 
+import pytest
+
 import json
 import subprocess
 
 from common.errors import EXIT_NONFINITE
 from common.preemption import STOPPED
 from tests.conftest import ROOT, launch_env, torchrun_command
+
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
 
 FLAGS = ["--paper", "vit", "--max-steps", "8", "--log-every", "1", "--ckpt-every", "2", "--wandb", "disabled"]
 

@@ -117,6 +117,7 @@ def fit_loss(task, model, x, y) -> float:
         return task.loss(task.forward(model.train(), x, y), y).item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PAPERS)
 def test_it_fits_a_small_fixed_batch_at_its_own_learning_rate(name):
     """Learning, tested so that every faithful model passes: the tiny flavor, initialised as the paper

@@ -12,6 +12,8 @@ from papers import get_paper, list_papers
 from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun, weights
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 PAPERS = ("gpt", "resnet", "vgg", "vit")
 # clipping small enough to act on every step (its norm then spans both stages), a checkpoint after step 2
 FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]

@@ -19,6 +19,8 @@ from tests.conftest import ROOT, bitwise_equal, launch_env, torchrun, torchrun_c
 from tests.test_checkpoint import FLAGS as UNINTERRUPTED, ddp_run, single_run  # noqa: F401 (the fixtures)
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 # the uninterrupted runs' flags (30 steps, in one process and with ddp), logging every step to see where it is
 FLAGS = [*UNINTERRUPTED, "--log-every", "1", "--wandb", "disabled"]
 

@@ -20,6 +20,8 @@ from papers import get_paper, list_papers
 from papers.resnet import from_torchvision
 from papers.vit import from_timm
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 VIT, RESNET = get_paper("vit"), get_paper("resnet")
 VIT_FACTS = dict(num_classes=1000, in_chans=3, img_size=160)  # test_vit's own: nothing to adapt
 RESNET_FACTS = dict(num_classes=1000, in_chans=3, img_size=64)

@@ -15,6 +15,8 @@ from papers import get_paper
 from tests.conftest import load_json, torchrun
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 
 def run(run_id, final, combination=None, seed=0, curve=None, **extra):
     """A result as the trainer writes it, of a sweep named "s" when given its combination."""

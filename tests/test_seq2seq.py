@@ -13,6 +13,8 @@ from common.data import dates, get_dataset
 from common.data.collate import pad_pairs
 from common.tasks import get_task
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 
 def test_dates_are_fixed_split_by_date_and_read_back_to_iso():
     train, test = dates.load()

@@ -11,6 +11,8 @@ from common.throughput import peak_flops, training_flops
 from tests.conftest import load_json
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 
 def test_training_flops_count_forward_and_both_gradients():
     """Per weight and sample: forward 2 FLOPs, the weight gradient 2, the input gradient 2

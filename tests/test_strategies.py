@@ -11,6 +11,8 @@ from common.parallel import resolve_strategy
 from tests.conftest import ROOT, free_port, launch_env, load_json, made_once, max_difference, torchrun, weights
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 # accumulation and clipping on; the clip is small enough to act on every step
 FLAGS = ["--paper", "vit", "--max-steps", "8", "--batch-size", "32", "--grad-accum", "2", "--clip-grad", "0.3",
          "--lr", "0.003", "--wandb", "disabled"]

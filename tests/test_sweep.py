@@ -15,6 +15,8 @@ from common import sweep
 from common.config import build_parser
 from tests.conftest import ROOT, launch_env, load_json, read_wandb_records
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 # a value every train.py flag takes, as a sweep would give it (YAML's types)
 FLAG_VALUES = {
     "list": False, "paper": "vit", "flavor": "tiny", "init": "timm:vit_tiny_patch16_224",

@@ -8,6 +8,8 @@ from papers import get_paper, list_papers
 from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun, weights
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 PAPERS = ("gpt", "transformer")  # and vit: its plan trains under fsdp x tp in test_mesh.py (--tp 2 here until 5963eb2)
 SEQUENCE_PARALLEL = ("gpt",)  # pre-norm blocks (ViT's too: checked by this test until commit 0ae3cd1)
 # clipping small enough to act on every step; a checkpoint after step 2 for the resume

@@ -14,6 +14,8 @@ from common.data.samplers import ChunkedOrder, ResumableSampler
 from tests.conftest import bitwise_equal, interrupted_copy, load_json, refused, tree_snapshot, weights
 from train import main as train
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 ODD = "naïve café: ☃ 雪 — \u0301e\n\ttabs and emoji 🐍"  # characters of 1 to 4 UTF-8 bytes, and a lone accent
 
 

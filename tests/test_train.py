@@ -14,6 +14,8 @@ from papers import get_paper
 from tests.conftest import free_port, load_json, read_wandb_records, torchrun, wandb_items, wandb_run_folders
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 RESULT_FIELDS = {
     "paper", "flavor", "dataset", "metric", "final", "best", "params", "epochs", "steps", "batch_size",
     "strategy", "world_size", "precision", "compile", "samples_per_s", "wall_s", "device", "torch", "commit",

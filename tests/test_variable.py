@@ -14,6 +14,8 @@ from papers import get_paper, list_papers
 from tests.conftest import bitwise_equal, interrupted_copy, load_json, max_difference, torchrun, weights
 from train import main
 
+pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
+
 
 def test_images_are_padded_bottom_right_with_a_mask():
     samples = [(torch.ones(1, 5, 7), torch.tensor(3)), (2 * torch.ones(1, 9, 4), torch.tensor(1))]
