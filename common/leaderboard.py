@@ -347,7 +347,8 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.5 * len(groups) + 3.2),
+    # drawn for the docs' column (about 800 px at the dpi below), its own file linked for the full size
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 0.4 * len(groups) + 3.2),
                                       gridspec_kw={"width_ratios": [1, 1.3]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (params, runs, values) in enumerate(groups):
@@ -366,17 +367,17 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
             x, mean, std = np.array(steps) / per_epoch, ys.mean(0), ys.std(0, ddof=1) if len(ys) > 1 else 0 * ys[0]
             right.plot(x, mean, color=color, label=f"{label} (n {len(ys)})")
             right.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
-    left.set_yticks(range(len(groups)), [seeds.describe(g[0]) or name for g in reversed(groups)], fontsize=8)
+    left.set_yticks(range(len(groups)), [seeds.describe(g[0]) or name for g in reversed(groups)], fontsize=9)
     left.set(xlabel=f"{measure.label(groups[0][1][0])} (dots: seeds; bars: 95% interval)")
     left.grid(alpha=0.3)
     if measure.reach and measure.reach[0] == curve:
         right.axhline(measure.reach[2], color="gray", linestyle=":", linewidth=1)
     right.set(xlabel="epoch", ylabel=curve, title=f"{curve}: mean of the seeds, band one std")
-    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))  # below: the curves stay in sight
+    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))  # below: the curves stay in sight
     right.grid(alpha=0.3)
     fig.suptitle(f"sweep {name}")
     fig.tight_layout()
-    fig.savefig(out, dpi=120, bbox_inches="tight")
+    fig.savefig(out, dpi=100, bbox_inches="tight")
 
 
 def plot(out: Path, runs: list[str], results_dir: str | Path) -> None:

@@ -181,7 +181,12 @@ def gradient_sync(model: nn.Module, enabled: bool):
     return contextlib.nullcontext()
 
 
-def clip_grad_norm_(parameters, max_norm: float, counted=None, group=None) -> torch.Tensor:
+def grad_norm(parameters) -> torch.Tensor:
+    """The 2-norm of all these parameters' gradients together (gathered over their shards)."""
+    return _grad_norm([p.grad for p in parameters if p.grad is not None])
+
+
+def clip_grad_norm_(parameters, max_norm: float, counted=None, group=None, total_norm=None) -> torch.Tensor:
     """Clip to a global gradient norm; with sharded (DTensor) gradients the norm is the
     norm of the whole gradient, gathered over the shards, not of the local shard.
 
@@ -189,10 +194,11 @@ def clip_grad_norm_(parameters, max_norm: float, counted=None, group=None) -> to
         counted: the parameters whose gradients make up the norm (default: all of them).
         group: the processes whose parameters are the rest of the model (a pipeline's stages):
             the norm is over all of theirs.
+        total_norm: the norm, where the caller has it already (grad_norm of the same parameters).
     """
     parameters = [p for p in parameters if p.grad is not None]
-    grads = [p.grad for p in (parameters if counted is None else counted) if p.grad is not None]
-    total_norm = _grad_norm(grads)
+    if total_norm is None:
+        total_norm = grad_norm(parameters if counted is None else counted)
     if group is not None:
         square = total_norm.detach().double() ** 2
         dist.all_reduce(square, group=group)

@@ -55,6 +55,10 @@ from papers import get_paper
 # of agree, activations, train-metric); never set by a user.
 BENCH_SKIP = "_PAPER_STUDY_BENCH_SKIP"
 
+# The ranks agree on a stop request (SIGTERM, SIGUSR1, --time-limit) at least this often: every k steps,
+# with k agreed along (see Trainer.agree). A collective every step costs a small model about 10% of it.
+AGREE_SECONDS = 0.25
+
 
 def restart_count() -> int:
     """How many times torchrun has restarted this launch's workers after a failure."""
@@ -166,6 +170,7 @@ class Trainer:
         self.stop = StopSignals(parse_time_limit(cfg.time_limit) if cfg.time_limit else None)
         self.step_seconds = self.save_seconds = 0.0  # recent ones, for --time-limit
         self.stop_reason = ""  # what the ranks agreed ends the run after this step (see agree)
+        self.next_agreement = 0  # the step at which the ranks next agree on a stop request
         # per-step features a bench run switches off to time each one (common.bench row a); never a user's
         self.skipped = set(filter(None, os.environ.get(BENCH_SKIP, "").split(",")))
         # (hits, samples) of the task's training metric since the last log line, and in this epoch
@@ -473,7 +478,10 @@ class Trainer:
             if counts is not None:
                 self.window_counts += counts
                 self.epoch_counts += counts
-        if not self.agree(loss):  # on every rank alike: --nonfinite skip leaves out this update
+        # where the gradients are replicated, their norm (which clipping needs too) says on every rank alike
+        # whether the step is finite: a non-finite loss on any rank made them NaN (forward_backward)
+        norm = parallel.grad_norm(self.model.parameters()) if self.replicated else None
+        if not self.agree(loss, norm):  # on every rank alike: --nonfinite skip leaves out this update
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
             return loss
@@ -482,7 +490,7 @@ class Trainer:
         if cfg.clip_grad > 0:
             self.scaler.unscale_(self.optimizer)
             if self.pipeline is None:
-                parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+                parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad, total_norm=norm)
             else:  # the norm of every stage's gradients
                 parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad, self.pipeline.counted_parameters(),
                                          self.pipeline.group)
@@ -494,6 +502,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         return loss
+
+    @property
+    def replicated(self) -> bool:
+        """Whether every rank holds the whole model and, after the step's all-reduce, the same gradients
+        (one process, dp, ddp; not with fp16's scaler, whose skipped steps have infinite gradients)."""
+        return (self.strategy in ("single", "dp", "ddp") and self.pipeline is None
+                and self.cfg.precision != "fp16")
 
     def counts_activations(self) -> bool:
         """Whether this step counts the bytes its forwards keep for backward (saved-tensor hooks, a
@@ -513,6 +528,8 @@ class Trainer:
         if self.pipeline is None:
             with saved:
                 loss = self.forward_loss(self.model, inputs, targets, counts) / self.cfg.grad_accum
+            if self.replicated:  # a non-finite loss makes every gradient NaN, which the all-reduce gives every rank
+                loss = loss * torch.where(torch.isfinite(loss), 1.0, math.nan)
             self.scaler.scale(loss).backward()
             return loss.detach()
         with saved, autocast(self.cfg.precision, self.env.device):
@@ -521,21 +538,30 @@ class Trainer:
             counts += self.task.train_counts(outputs, targets)
         return loss
 
-    def agree(self, loss: torch.Tensor) -> bool:
-        """What every rank must decide alike at each step, in one all-reduce (none in one process):
-        whether this step's loss is finite on every rank, and whether any rank was asked to stop (SIGTERM,
-        SIGUSR1, or --time-limit near), which then ends the run after this step on every rank
-        (self.stop_reason). Returns whether to apply this step's update: where a loss is not finite,
-        --nonfinite stop (or --nonfinite-patience skipped steps in a row) ends the run with NonFinite;
-        skip counts it and returns False, on every rank."""
-        state = self.state
-        last = state["step"] + 1 == self.total_steps  # the run ends after it anyway, with its own checkpoint
-        reason = "" if last else self.stop.reason(self.step_seconds, self.save_seconds)
+    def agree(self, loss: torch.Tensor, norm: torch.Tensor | None = None) -> bool:
+        """What every rank must decide alike at a step: whether its loss is finite on every rank, and
+        whether any rank was asked to stop (SIGTERM, SIGUSR1, or --time-limit near), which then ends the
+        run after this step on every rank (self.stop_reason). Returns whether to apply this step's update:
+        where a loss is not finite, --nonfinite stop (or --nonfinite-patience skipped steps in a row) ends
+        the run with NonFinite; skip counts it and returns False, on every rank.
+
+        Where the gradients are replicated (`norm` given), the finite check is theirs, on every rank
+        alike without a collective, and the stop request is agreed every k steps only, in one
+        all-reduce that also agrees the next k (about AGREE_SECONDS of steps; a signal stops the run
+        at most that late, at the same step on every rank). Elsewhere one all-reduce a step agrees both."""
+        state, replicated = self.state, norm is not None
+        step = state["step"] + 1
+        gap = max(1, min(100, int(AGREE_SECONDS / self.step_seconds))) if replicated and self.step_seconds else 1
+        last = step == self.total_steps  # the run ends after it anyway, with its own checkpoint
+        stop = REASONS.index("" if last else self.stop.reason(self.step_seconds * gap, self.save_seconds))
+        nonfinite = int(not torch.isfinite(norm if replicated else loss).all())  # this rank's (alike if replicated)
         if "agree" in self.skipped:
-            nonfinite, stop = 0, REASONS.index(reason)
+            pass  # common.bench's row a, timing what the agreement costs: each rank decides alone
+        elif not replicated or step >= self.next_agreement:  # one all-reduce; -gap: the fewest steps proposed win
+            nonfinite, stop, fewest = parallel.all_reduce_max_ints([nonfinite, stop, -gap])
+            self.next_agreement = step - fewest
         else:
-            nonfinite, stop = parallel.all_reduce_max_ints([int(not torch.isfinite(loss).all()),
-                                                            REASONS.index(reason)])
+            stop = 0  # a request waits for the next agreement
         self.stop_reason = REASONS[stop]
         if not nonfinite:
             state["nonfinite_in_row"] = 0
@@ -544,13 +570,14 @@ class Trainer:
         state["nonfinite_in_row"] = state.get("nonfinite_in_row", 0) + 1
         if self.cfg.nonfinite == "skip" and state["nonfinite_in_row"] < self.cfg.nonfinite_patience:
             return False
-        value = next(v for v in parallel.all_gather_object(loss.item()) if not math.isfinite(v))
+        value = next((f"the loss is {v}" for v in parallel.all_gather_object(loss.item()) if not math.isfinite(v)),
+                     "the gradients are not finite")
         last = latest_checkpoint(self.run_dir)
         patience = self.cfg.nonfinite_patience
         why = "" if self.cfg.nonfinite == "stop" else f" ({patience} steps in a row, --nonfinite-patience {patience})"
         self.progress.close()
         self.mark_stopped("nonfinite", state["step"] + 1, last, EXIT_NONFINITE)  # a requeue would stop here again
-        raise NonFinite(f"the loss is {value} at step {state['step'] + 1}{why}; the run stops; last good checkpoint: "
+        raise NonFinite(f"{value} at step {state['step'] + 1}{why}; the run stops; last good checkpoint: "
                         + (f"{last} (resume with --resume {self.run_dir}, after a fix)" if last else "none yet"))
 
     def log_step(self, loss: torch.Tensor) -> None:

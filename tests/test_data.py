@@ -25,6 +25,25 @@ def test_digits_split_is_fixed_stratified_and_normalised():
     assert torch.equal(test.tensors[0], test_again.tensors[0])
 
 
+def test_the_cached_digits_split_is_scikit_learns_and_an_unwritable_cache_is_skipped(tmp_path, monkeypatch):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    expected = train_test_split(digits.images, digits.target, test_size=0.2, stratify=digits.target, random_state=0)
+    monkeypatch.setenv("PAPER_STUDY_CACHE", str(tmp_path / "cache"))
+    made, read = split_digits(), split_digits()  # the first makes the cache file, the second reads it
+    assert len(list((tmp_path / "cache").glob("digits-split-sklearn-*.npz"))) == 1
+    for ours in (made, read):
+        for a, b in zip(ours, expected):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("PAPER_STUDY_CACHE", str(tmp_path / "file" / "cache"))  # a folder that cannot be made
+    for a, b in zip(split_digits(), expected):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_ranks_together_read_the_single_process_global_batches():
     train, _ = get_dataset("digits").load()
     single = train_loader(train, 64, 64, rank=0, world_size=1, seed=7)

@@ -67,10 +67,13 @@ def channel_pca(dataset: Dataset, samples: int = 512) -> tuple[torch.Tensor, tor
 
 def transform(text: str, size: int, dataset: Dataset | None = None):
     """The training transform of an --augment value for N x N images, or None for "none"."""
-    from torchvision.transforms import v2
+    parsed = parse(text)
+    if not parsed:
+        return None
+    from torchvision.transforms import v2  # (imported only to augment: torchvision.ops imports torch._dynamo)
 
     steps = []
-    for name, values in parse(text):
+    for name, values in parsed:
         if name == "scale":
             steps += [v2.RandomResize(round(values[0] * size), round(values[1] * size) + 1, antialias=True),
                       v2.RandomCrop(size)]
@@ -82,7 +85,7 @@ def transform(text: str, size: int, dataset: Dataset | None = None):
             steps.append(v2.RandomHorizontalFlip())
         else:
             steps.append(Lighting(values[0], *channel_pca(dataset)))
-    return v2.Compose(steps) if steps else None
+    return v2.Compose(steps)
 
 
 class Augmented(Dataset):

@@ -15,14 +15,30 @@ TEST_FRACTION = 0.2
 
 
 def split_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The fixed stratified split: x_train, x_test (N, 8, 8) in [0, 16], y_train, y_test."""
-    from sklearn.datasets import load_digits  # imported here: it takes a second or two
+    """The fixed stratified split: x_train, x_test (N, 8, 8) in [0, 16], y_train, y_test.
+
+    Made by scikit-learn once and kept in the cache folder (common.cache) under scikit-learn's
+    version: importing scikit-learn costs each process about 1.5 s of its start."""
+    import zipfile
+    from importlib.metadata import version
+
+    from common.cache import cache_dir, write_atomically
+
+    path = cache_dir() / f"digits-split-sklearn-{version('scikit-learn')}.npz"
+    try:
+        with np.load(path) as f:
+            return f["x_train"], f["x_test"], f["y_train"], f["y_test"]
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):  # not made yet, or unreadable: made again
+        pass
+    from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
     digits = load_digits()
-    return train_test_split(
+    x_train, x_test, y_train, y_test = train_test_split(
         digits.images, digits.target, test_size=TEST_FRACTION, stratify=digits.target, random_state=SPLIT_SEED
     )
+    write_atomically(path, lambda f: np.savez(f, x_train=x_train, x_test=x_test, y_train=y_train, y_test=y_test))
+    return x_train, x_test, y_train, y_test
 
 
 def preprocessing(layout: str = "image", size: tuple[int, int] | None = (8, 8), size_multiple: int = 1, **_) -> dict:
