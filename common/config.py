@@ -68,7 +68,8 @@ class TrainConfig:
     milestones: str | None = None  # step schedule: fractions of the run, e.g. "0.5,0.75"
     gamma: float = 0.1  # the factor at each milestone, or per epoch
     gammas: str | None = None  # step schedule: one factor per milestone instead of gamma, e.g. "0.4,0.5"
-    augment: str = "none"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment)
+    augment: str = "auto"  # training-image augmentation, e.g. "crop:4,flip" (see common.data.augment); auto: the
+    # data set's own (DatasetSpec.augment), which the trainer writes into config.json in its place
     label_smoothing: float = 0.0
     block_size: int | None = None  # language modeling: tokens a sample reads (None: the data set's, 128 for pydoc)
     seq_len: int | None = None  # generated sequences: their (minimal) length, for data sets that take one
@@ -298,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "a smaller share is part of a larger one); the test split is whole")
     g.add_argument("--image-size", type=positive_int, help="resize images to N x N (image data sets but the "
                    "detection ones)")
-    g.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S")
+    g.add_argument("--augment", help="training-image augmentation: scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S, "
+                   "or none; auto (default): the data set's own, crop:4,flip for fashion-mnist, crop:4 for mnist, "
+                   "none for the others")
     g.add_argument("--pad-multiple", type=positive_int, help="round padded sizes up to a multiple of N")
     g.add_argument("--bucketing", choices=BUCKETING, help="size: batch samples of similar size together")
     g.add_argument("--block-size", type=positive_int, help="text data sets: tokens a sample reads (default: the "
@@ -576,7 +579,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
             parse_gammas(cfg.gammas, len(parse_milestones(cfg.milestones)))
         elif cfg.gammas is not None:
             raise ValueError(f"--gammas goes with the step schedule, not {cfg.schedule}")
-        augment_steps = parse_augment(cfg.augment)
+        augment_steps = parse_augment(data.training_augment(cfg.augment))
         if cfg.time_limit is not None:
             parse_time_limit(cfg.time_limit)
     except ValueError as e:
@@ -615,8 +618,8 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     if variable and not spec.padded_batches:
         raise ConfigError(_fixed_size_fix(spec, data))
     if augment_steps and (data.inputs != "image" or variable):
-        raise ConfigError(f"--augment {cfg.augment} transforms images of one size; {data.name} has "
-                          f"{'images of many sizes' if variable else data.inputs + 's'}")
+        raise ConfigError(f"--augment {data.training_augment(cfg.augment)} transforms images of one size; "
+                          f"{data.name} has {'images of many sizes' if variable else data.inputs + 's'}")
     if cfg.bucketing == "size" and not variable:
         variable_sets = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
         resized = " once --image-size resizes it" if data.variable_size else ""

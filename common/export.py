@@ -313,7 +313,8 @@ def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 
 
 def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Path]:
     """The first n test samples as PNG files named <index>_<label>.png (detection: <index>_<labels>.png,
-    its boxes' labels joined by "-", "none" where it has none), pixels undoing the preprocessing."""
+    its boxes' labels joined by "-", "none" where it has none; a "/" in a label, as Fashion-MNIST's
+    "T-shirt/top", written "_"), pixels undoing the preprocessing."""
     import numpy as np
     from PIL import Image
 
@@ -325,7 +326,7 @@ def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Pat
         x = x.numpy()[None] if preprocess["layout"] == "rows" else x.numpy()  # (C, H, W)
         pixels = np.clip(np.rint((x * std + mean) / preprocess["scale"]), 0, 255).astype(np.uint8)
         image = Image.fromarray(pixels[0] if preprocess["mode"] == "L" else pixels.transpose(1, 2, 0))
-        names = [preprocess["labels"][int(c)] for c in (y["labels"] if isinstance(y, dict) else [y])]
+        names = [preprocess["labels"][int(c)].replace("/", "_") for c in (y["labels"] if isinstance(y, dict) else [y])]
         paths.append(out_dir / f"{i:03d}_{'-'.join(names) or 'none'}.png")
         image.save(paths[-1])
     return paths

@@ -144,6 +144,8 @@ class Trainer:
         self.started = time.perf_counter()  # wall time counts from here, and again after each save
         self.cfg, self.env, self.argv, self.resuming = cfg, env, argv, resuming
         self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), dataset_for(cfg)
+        # --augment auto: the data set's own, written into config.json as what the run did
+        self.cfg = cfg = dataclasses.replace(cfg, augment=self.data.training_augment(cfg.augment))
         self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
         if env.is_main:
             parallel.warn_fallback(cfg.strategy, self.strategy)

@@ -27,11 +27,12 @@ RESULTS_BEFORE = pytest.StashKey[dict]()
 @pytest.fixture(scope="session", autouse=True)
 def _away_from_the_repository(tmp_path_factory):
     """For the whole session, the fixtures of every scope included: no real wandb key, nothing written
-    into the user's home folder, and a working folder outside the repository, so that default runs/
-    and results/ never land in the repository."""
+    into the user's home folder (wandb's folders, the data cache of common.data.mnist), and a working
+    folder outside the repository, so that default runs/ and results/ never land in the repository."""
     home = tmp_path_factory.mktemp("home")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("WANDB_API_KEY", raising=False)
+        mp.setenv("PAPER_STUDY_CACHE", str(home / "cache"))
         mp.setenv("NETRC", str(home / ".netrc"))
         mp.setenv("WANDB_CONFIG_DIR", str(home / "wandb-config"))
         mp.setenv("WANDB_CACHE_DIR", str(home / "wandb-cache"))
@@ -80,6 +81,18 @@ def made_once(tmp_path_factory, name: str, make) -> Path:
             make(folder)
             (folder / ".made").touch()
     return folder
+
+
+def need_files(path: str | Path, how: str) -> Path:
+    """`path`, for a test that reads real files installed outside the repository (Debian's Fashion-MNIST):
+    where they are missing the test is skipped with a line saying how to get them, except under CI
+    (the variable CI set, as .ci/run sets it after installing them), where it fails."""
+    if not Path(path).exists():
+        message = f"{path} is missing; {how}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} (CI is set: this test must not be skipped)")
+        pytest.skip(message)
+    return Path(path)
 
 
 def refusal(flags: dict, world_size: int) -> str:

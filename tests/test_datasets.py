@@ -1,6 +1,8 @@
 """Built-in generated data (digits rows, the adding problem), and real data sets read from a local
 folder in their real on-disk formats: CIFAR-10 python batches, MNIST idx files, an image folder."""
 
+import gzip
+import hashlib
 import pickle
 import struct
 from pathlib import Path
@@ -10,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from common.data import adding, eval_loader, get_dataset
+from common.data import adding, eval_loader, get_dataset, mnist
 from common.data.collate import pad_sequences
 from common.errors import ConfigError
 from common.predict import prepare
@@ -120,15 +122,21 @@ def write_cifar10(root, n=24):
     (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"class{i}" for i in range(10)]}))
 
 
-def write_idx(root, folder, n_train=40, n_test=20):
-    raw = root / folder / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(0)
+def write_idx(root, folder, n_train=40, n_test=20, gz=False, flat=False) -> dict:
+    """The four idx files of n_train and n_test random 28x28 images in root/folder/raw/ (flat: in root),
+    gzipped or not; returns their sizes and sha256, to stand for the recorded ones (common.data.mnist's
+    RECORDED) in a test."""
+    raw = root if flat else root / folder / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    rng, record = np.random.default_rng(0), {}
     for prefix, n in (("train", n_train), ("t10k", n_test)):
         images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 0x0803, n, 28, 28) + images.tobytes())
         labels = rng.integers(0, 10, n, dtype=np.uint8)
-        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x0801, n) + labels.tobytes())
+        for name, data in ((f"{prefix}-images-idx3-ubyte", struct.pack(">IIII", 0x0803, n, 28, 28) + images.tobytes()),
+                           (f"{prefix}-labels-idx1-ubyte", struct.pack(">II", 0x0801, n) + labels.tobytes())):
+            (raw / (name + ".gz" if gz else name)).write_bytes(gzip.compress(data) if gz else data)
+            record[name] = (len(data), hashlib.sha256(data).hexdigest())
+    return record
 
 
 def write_image_folder(root, classes=("cat", "dog", "owl"), per_class=10):
@@ -156,9 +164,11 @@ def cifar_md5_free(monkeypatch):
     ("fashion-mnist", lambda root: write_idx(root, "FashionMNIST"), []),
     ("imagefolder", write_image_folder, ["--image-size", "16"]),
 ])
-def test_real_formats_train_a_few_steps(dataset, writer, extra, tmp_path, cifar_md5_free):
+def test_real_formats_train_a_few_steps(dataset, writer, extra, tmp_path, cifar_md5_free, monkeypatch):
     data_dir = tmp_path / "data"
-    writer(data_dir)
+    record = writer(data_dir)
+    if dataset in mnist.RECORDED:  # the small files stand for the real ones
+        monkeypatch.setitem(mnist.RECORDED, dataset, record)
     train, test = get_dataset(dataset).load(data_dir=str(data_dir), image_size=int(extra[1]) if extra else None)
     x, y = train[0]
     assert x.dtype == torch.float32 and x.ndim == 3 and 0 <= int(y) < 10
@@ -171,9 +181,13 @@ def test_real_formats_train_a_few_steps(dataset, writer, extra, tmp_path, cifar_
     pre = get_dataset(dataset).preprocess(data_dir=str(data_dir), image_size=int(extra[1]) if extra else None)
     if dataset == "imagefolder":
         image, expected_labels = Image.open(train.dataset.samples[train.indices[0]][0]), ["cat", "dog", "owl"]
-    else:
-        image = Image.fromarray(np.asarray(train.data[0]))
-        expected_labels = [f"class{i}" for i in range(10)] if dataset == "cifar10" else list(train.classes)
+    elif dataset == "cifar10":
+        image, expected_labels = Image.fromarray(np.asarray(train.data[0])), [f"class{i}" for i in range(10)]
+    else:  # the images as torchvision's reader parses the files
+        from torchvision import datasets
+
+        reader = getattr(datasets, "MNIST" if dataset == "mnist" else "FashionMNIST")
+        image, expected_labels = Image.fromarray(reader(data_dir).data[0].numpy()), reader.classes
     assert pre["labels"] == expected_labels
     assert np.abs(prepare(image, pre) - x.numpy()).max() < 1e-5
 
@@ -190,8 +204,11 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
 @pytest.mark.parametrize("flags, words", [
     (["--dataset", "cifar10"], ["--data-dir", "cifar-10-batches-py", "data_batch_1"]),
     (["--dataset", "cifar10", "--data-dir", "{empty}"], ["lacks", "cifar-10-batches-py/data_batch_1", "test_batch"]),
-    (["--dataset", "mnist", "--data-dir", "{empty}"], ["MNIST/raw/train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]),
-    (["--dataset", "fashion-mnist", "--data-dir", "{empty}"], ["FashionMNIST/raw/"]),
+    (["--dataset", "mnist", "--data-dir", "{empty}"], ["train-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+                                                       "gzipped or not", "--download"]),
+    (["--dataset", "fashion-mnist", "--data-dir", "{empty}"], ["{empty} or {debian}", "apt-get install -y "
+                                                               "dataset-fashion-mnist", "--download"]),
+    (["--dataset", "fashion-mnist"], ["not in {debian};", "apt-get update", "--download"]),
     (["--dataset", "imagefolder", "--data-dir", "{empty}", "--image-size", "32"], ["holds no images", "class subfolders"]),
     (["--dataset", "imagefolder", "--data-dir", "{missing}", "--image-size", "32"], ["not a folder"]),
     (["--dataset", "imagefolder", "--data-dir", "{folder}"], ["needs --image-size"]),
@@ -202,13 +219,14 @@ def test_missing_data_is_one_line_naming_the_files(flags, words, tmp_path, capsy
     (tmp_path / "empty").mkdir()
     write_image_folder(tmp_path / "folder", per_class=2)
     monkeypatch.chdir(tmp_path)
-    flags = [f.format(empty=tmp_path / "empty", missing=tmp_path / "missing", folder=tmp_path / "folder")
-             for f in flags]
-    assert main(["--paper", "vit", "--wandb", "disabled", *flags]) == 2
+    debian = tmp_path / "not-installed"  # wherever Debian's package is installed or not
+    monkeypatch.setitem(mnist.DEBIAN, "fashion-mnist", (str(debian), "dataset-fashion-mnist"))
+    names = dict(empty=tmp_path / "empty", missing=tmp_path / "missing", folder=tmp_path / "folder", debian=debian)
+    assert main(["--paper", "vit", "--wandb", "disabled", *[f.format(**names) for f in flags]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
     for word in words:
-        assert word in err[0], err[0]
+        assert word.format(**names) in err[0], err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "folder"], "nothing written"
 
 
@@ -229,8 +247,8 @@ def corrupt_image(root):
 @pytest.mark.parametrize("dataset, writer, md5_free, extra, words", [
     ("cifar10", write_cifar10, False, [], ["cannot read", "Dataset not found or corrupted", "--download"]),
     ("cifar10", corrupt_cifar, True, [], ["cannot read", "UnpicklingError"]),
-    ("mnist", lambda root: (write_idx(root, "MNIST"), (root / "MNIST/raw/t10k-images-idx3-ubyte").write_bytes(b"x")),
-     False, [], ["cannot read"]),
+    ("mnist", lambda root: (write_idx(root, "MNIST"), (root / "MNIST/raw/t10k-images-idx3-ubyte").write_bytes(b"x"))[0],
+     False, [], ["MNIST/raw/t10k-images-idx3-ubyte: size 1 bytes, expected 15,696"]),
     ("imagefolder", corrupt_image, False, ["--image-size", "16"], ["dog/1.png", "not an image"]),
 ])
 def test_a_data_folder_that_cannot_be_read_is_one_line(dataset, writer, md5_free, extra, words, tmp_path, capsys,
@@ -240,7 +258,9 @@ def test_a_data_folder_that_cannot_be_read_is_one_line(dataset, writer, md5_free
     if md5_free:
         request.getfixturevalue("cifar_md5_free")
     data = tmp_path / "data"
-    writer(data)
+    record = writer(data)
+    if dataset in mnist.RECORDED:  # the small files stand for the real ones
+        monkeypatch.setitem(mnist.RECORDED, dataset, record)
     monkeypatch.chdir(tmp_path)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert main(["--paper", "vit", "--dataset", dataset, "--data-dir", str(data), *extra, "--wandb", "disabled"]) == 2

@@ -263,6 +263,17 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         '- The trainer costs nothing measurable over a bare PyTorch loop (row a at\n  commit fbaa830, one process and 2-process DDP: 0.975 to 1.030, [What a step\n  costs]; before, in one process: 1.02 to 1.06, within the noise;',
     '- Compiled inference is 1.3x to 2.3x faster at batch 1 and 1.05x to 1.6x at batch 32 (row g).\n  Row g now also times onnxruntime; its run is in\n  [Export to ONNX and serve on a CPU].':
         '- Compiled inference is 1.4x to 2.3x faster at batch 1 and 1.1x to 1.5x at batch 32 (row g);\n  onnxruntime on the same 2 threads is 2.1x to 4.7x faster at batch 1, 1.7x (ResNet, LSTM) at\n  batch 32, and 8% slower for the tiny ViT at batch 32 (see also\n  [Export to ONNX and serve on a CPU]).',
+    # Fashion-MNIST as a checked benchmark (and MNIST): where the files come from, the checks, the default
+    # augmentation (docs/datasets.md's section "MNIST and Fashion-MNIST")
+    "| `mnist` | image 1x28x28 | classification | `DIR/MNIST/raw/` with the four uncompressed idx files (`train-images-idx3-ubyte`, ...) |":
+        "| `mnist` | image 1x28x28 | classification | MNIST's 60,000 train / 10,000 test handwritten digits: the four idx files (`train-images-idx3-ubyte`, ...), gzipped or not, in `--data-dir DIR` or `DIR/MNIST/raw/`, or fetched with `--download`; checked by size and idx header; trained with `crop:4` by default; see [MNIST and Fashion-MNIST] |",
+    "| `fashion-mnist` | image 1x28x28 | classification | `DIR/FashionMNIST/raw/`, the same four idx files |":
+        "| `fashion-mnist` | image 1x28x28 | classification | Zalando's 60,000 train / 10,000 test images of ten kinds of clothing, the same four files: from `--data-dir`, else Debian's package `dataset-fashion-mnist` (`/usr/share/datasets/fashion-mnist`), else `--download`; checked by size and sha256; trained with `crop:4,flip` by default; see [MNIST and Fashion-MNIST] |",
+    "repo's recipe (AdamW, warmup then cosine, no augmentation), which trains every":
+        "repo's recipe (AdamW, warmup then cosine, no augmentation but the data set's\nown), which trains every",
+    "(e.g. `crop:4,flip`; see `common/data/augment.py`) |":
+        "(e.g. `crop:4,flip`; see `common/data/augment.py`); `none` for none; `auto`, the default: the data set's own, "
+        "`crop:4,flip` for fashion-mnist, `crop:4` for mnist, none for the others |",
 }
 
 

@@ -42,3 +42,12 @@ def test_parallelism_lines_name_the_papers_that_take_them():
     for flag, has in (("--tp", lambda s: s.tp_plan), ("--pp", lambda s: s.pipeline)):
         listed = re.search(r"\(([\w, ]+)\)$", help_of(flag)).group(1).split(", ")
         assert sorted(listed) == sorted(n for n in list_papers() if has(get_paper(n))), flag
+
+
+def test_augment_names_each_data_sets_own_augmentation():
+    """--augment auto (the default) is the data set's own: the help line names each that is not none."""
+    own = {name: d.augment for name, d in DATASETS.items() if d.augment != "none"}
+    assert own == {"fashion-mnist": "crop:4,flip", "mnist": "crop:4"}
+    for name, augment in own.items():
+        assert f"{augment} for {name}" in help_of("--augment")
+    assert "auto (default)" in help_of("--augment") and "none for the others" in help_of("--augment")

@@ -140,11 +140,24 @@ def test_the_papers_initialisation():
         assert conv.weight.abs().max() <= 2.4 / (25 * n) and conv.weight.abs().max() > 0.8 * 2.4 / (25 * n)
 
 
-def test_only_32x32_images():
+def test_only_32x32_images_or_mnists_28x28_padded_with_background():
     with pytest.raises(ValueError, match="reads 32x32 images.*--image-size 32"):
         LeNet5(img_size=8)
     with pytest.raises(ValueError, match="reads 32x32 images.*--image-size 32"):
         PAPER.build("LeNet-5")(torch.zeros(1, 1, 28, 28))
+    torch.manual_seed(0)
+    at_28 = PAPER.build("LeNet-5", img_size=28).eval()
+    at_32 = PAPER.build("LeNet-5").eval()
+    at_32.load_state_dict(at_28.state_dict())
+    x = torch.rand(3, 1, 28, 28)
+    x[:, :, 5, 5] = torch.tensor([-0.81, -0.42, -1.3])[:, None]  # each image's background level, its lowest
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2), value=0.0)
+    border = torch.ones(32, 32, dtype=torch.bool)
+    border[2:30, 2:30] = False
+    padded[:, 0, border] = torch.tensor([-0.81, -0.42, -1.3])[:, None]  # 2 pixels of it on every side
+    with torch.no_grad():
+        assert torch.allclose(at_28(x), at_32(padded), atol=1e-5)
+        assert not torch.allclose(at_28(x), at_32(torch.nn.functional.pad(x, (2, 2, 2, 2))), atol=1e-3)
 
 
 def test_tiny_is_lenet5_on_the_digits_at_32x32():

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, long_pairs, pairs, shapes, text, tokens, vision, wds
+from common.data import adding, coco, dates, detect, digits, long_pairs, mnist, pairs, shapes, text, tokens, vision, wds
 from common.data.augment import Augmented
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, ResumableSampler
@@ -58,12 +58,14 @@ class DatasetSpec:
         reads_folder: the data is read from the user's --data-dir: any failure to read it is
             an input error (see `read`).
         fetch: data_dir -> None, downloads the data set into data_dir (--download); None where
-            it cannot be downloaded. (An hf: Hub data set's goes into the Hugging Face cache and
-            returns the line `download` prints.)
+            it cannot be downloaded. (An hf: Hub data set's goes into the Hugging Face cache, and
+            MNIST's finds the files elsewhere first; they return the line `download` prints.)
         options: the run options it reads besides data_dir and image_size ("block_size",
             "tokenizer", "vocab_size", "seq_len", "hf_split", "hf_columns"); a run may set only those.
         streamed: its training set is streamed (common.data.wds), not read by index: no
             --train-fraction.
+        augment: the training augmentation (common.data.augment) when --augment is left out
+            ("auto"): the one its benchmark is usually trained with.
     """
 
     name: str
@@ -80,6 +82,11 @@ class DatasetSpec:
     fetch: Callable[[str], None] | None = None
     options: tuple[str, ...] = ()
     streamed: bool = False
+    augment: str = "none"
+
+    def training_augment(self, augment: str = "auto") -> str:
+        """An --augment value, with "auto" (its default) standing for this data set's own."""
+        return self.augment if augment == "auto" else augment
 
     def read(self, data_dir: str | None = None, image_size: int | None = None, **options) -> tuple[Dataset, Dataset]:
         """The (train, test) datasets (options: block_size, tokenizer, vocab_size, as `options` gives
@@ -219,12 +226,17 @@ DATASETS = {
         DatasetSpec("cifar10", "classification", "image", vision.cifar10_facts, vision.cifar10_load, resizable=True,
                     preprocess=vision.cifar10_preprocess, reads_folder=True, fetch=vision.cifar10_fetch,
                     description="CIFAR-10 from --data-dir (python version), 32x32 RGB, 10 classes"),
-        DatasetSpec("mnist", "classification", "image", vision.mnist_facts, vision.mnist_load, resizable=True,
-                    preprocess=vision.mnist_preprocess, reads_folder=True, fetch=vision.mnist_fetch,
-                    description="MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
-        DatasetSpec("fashion-mnist", "classification", "image", vision.fashion_facts, vision.fashion_load,
-                    resizable=True, preprocess=vision.fashion_preprocess, reads_folder=True, fetch=vision.fashion_fetch,
-                    description="Fashion-MNIST from --data-dir (idx files), 28x28 grey, 10 classes"),
+        DatasetSpec("mnist", "classification", "image", mnist.mnist_facts, mnist.mnist_load, resizable=True,
+                    preprocess=mnist.mnist_preprocess, reads_folder=True, fetch=mnist.mnist_fetch, augment="crop:4",
+                    description="MNIST's 60,000 train / 10,000 test 28x28 grey digits from --data-dir (the four "
+                                "idx files, gzipped or not), checked by size and header; trains with random "
+                                "4-pixel shifts (crop:4) unless --augment says otherwise"),
+        DatasetSpec("fashion-mnist", "classification", "image", mnist.fashion_facts, mnist.fashion_load,
+                    resizable=True, preprocess=mnist.fashion_preprocess, reads_folder=True,
+                    fetch=mnist.fashion_fetch, augment="crop:4,flip",
+                    description="Fashion-MNIST's 60,000 train / 10,000 test 28x28 grey images of 10 kinds of "
+                                "clothing from --data-dir or Debian's dataset-fashion-mnist, checked by sha256; "
+                                "trains with crop:4,flip unless --augment says otherwise"),
         DatasetSpec("coco", "detection", "image", coco.facts, coco.load, variable_size=True,
                     preprocess=coco.preprocessing, reads_folder=True,
                     description="COCO-format detection data from --data-dir: train.json and test.json, or one "
@@ -278,7 +290,7 @@ def download(spec: DatasetSpec, data_dir: str | None = None) -> str:
     root.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(root / ".download.lock"), contextlib.redirect_stdout(io.StringIO()):  # torchvision prints
-            spec.fetch(str(root))
+            line = spec.fetch(str(root))  # a line where it found the files elsewhere
     except Exception as e:  # no network, a refused connection, a failed md5 check
         if not existed:
             shutil.rmtree(root, ignore_errors=True)
@@ -286,7 +298,9 @@ def download(spec: DatasetSpec, data_dir: str | None = None) -> str:
         raise ConfigError(f"--download: could not fetch {spec.name} into {root} ({type(e).__name__}: {why}); "
                           f"without a network, put its files there yourself") from None
     (root / ".download.lock").unlink(missing_ok=True)
-    return f"--download: {spec.name} is in {root}/"
+    if not existed and not any(root.iterdir()):
+        root.rmdir()
+    return line or f"--download: {spec.name} is in {root}/"
 
 
 def register(spec: DatasetSpec) -> DatasetSpec:

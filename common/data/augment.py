@@ -1,7 +1,8 @@
 """Data augmentation of training images, as papers describe it, with torchvision.transforms.v2.
 
 `--augment` names the steps, comma-separated, applied in this order to each training image
-(C, N, N) (already normalised; the test split is never augmented):
+(C, N, N) (already normalised; the test split is never augmented); "none" names none, and "auto",
+the default, stands for the data set's own (DatasetSpec.augment: crop:4,flip for fashion-mnist):
 
     scale:LO-HI  resize to a random side in [LO, HI] x N, then a random N x N crop (VGG's scale jittering;
                  LO = HI: one scale, as AlexNet's 256 for 224 crops)

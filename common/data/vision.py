@@ -1,7 +1,8 @@
-"""Real image data sets, read from a local folder (--data-dir) with torchvision's readers.
+"""Real image data sets, read from a local folder (--data-dir) with torchvision's readers (MNIST and
+Fashion-MNIST: common.data.mnist).
 
 Nothing is downloaded unless the user asks (--download: torchvision fetches
-CIFAR-10, MNIST or Fashion-MNIST into the folder). A missing or empty folder
+CIFAR-10 into the folder). A missing or empty folder
 is an input error that says which files are expected where.
 """
 
@@ -83,43 +84,6 @@ def cifar10_load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]
 def cifar10_fetch(data_dir: str) -> None:
     """torchvision's download of the python version into data_dir/cifar-10-batches-py/ (md5-checked)."""
     _datasets().CIFAR10(data_dir, train=True, download=True)
-
-
-# ---------------------------------------------------------------- MNIST and Fashion-MNIST
-
-IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-
-
-def _mnist_like(name: str, reader_name: str, folder: str, stats):
-    """facts, load, preprocess and fetch of torchvision's `reader_name` reader (MNIST's format)."""
-    reader = lambda *args, **kwargs: getattr(_datasets(), reader_name)(*args, **kwargs)
-    expected = [f"{folder}/raw/{f}" for f in IDX_FILES]
-    where = f"{folder}/raw/ with the four uncompressed idx files ({', '.join(IDX_FILES)})"
-
-    def facts(data_dir=None, image_size=None, **_) -> dict:
-        _need(data_dir, name, expected, where)
-        return dict(num_classes=10, in_chans=1, img_size=image_size or 28)
-
-    def load(data_dir=None, image_size=None, **_) -> tuple[Dataset, Dataset]:
-        facts(data_dir, image_size)
-        t = _transform(stats, image_size)
-        return (reader(data_dir, train=True, transform=t, download=False),
-                reader(data_dir, train=False, transform=t, download=False))
-
-    def preprocess(data_dir=None, image_size=None, **_) -> dict:
-        facts(data_dir, image_size)
-        return _preprocessing(stats, "L", image_size or 28, list(getattr(_datasets(), reader_name).classes))
-
-    def fetch(data_dir: str) -> None:
-        """torchvision's download of the four files into data_dir/<folder>/raw/ (md5-checked, uncompressed)."""
-        reader(data_dir, train=True, download=True)
-
-    return facts, load, preprocess, fetch
-
-
-mnist_facts, mnist_load, mnist_preprocess, mnist_fetch = _mnist_like("mnist", "MNIST", "MNIST", MNIST_STATS)
-fashion_facts, fashion_load, fashion_preprocess, fashion_fetch = _mnist_like(
-    "fashion-mnist", "FashionMNIST", "FashionMNIST", FASHION_STATS)
 
 
 # ---------------------------------------------------------------- a folder of class subfolders

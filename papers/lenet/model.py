@@ -148,8 +148,9 @@ class LeNet5(nn.Module):
         maps: feature maps of C1, C3 and C5.
         f6: units of F6 (84: a 7 x 12 bitmap).
         table: the C3 connection table (Table I; None: every C3 map reads every S2 map).
-        img_size: the input side: 32, the only one whose S4 maps C5's 5x5 kernels cover exactly
-            (a ValueError otherwise, which the trainer turns into one line naming --image-size 32).
+        img_size: the input side: 32, the only one whose S4 maps C5's 5x5 kernels cover exactly, or
+            MNIST's 28, padded to 32 as the paper's inputs are (see `forward_features`); a ValueError
+            otherwise, which the trainer turns into one line naming --image-size 32.
         activation: "squash", the paper's f(a) = A tanh(S a) in every unit up to F6, or "relu".
         output: "rbf", the paper's Euclidean RBF units with fixed codes, or "linear": a trained fully
             connected layer whose outputs are the logits (the soft-max output of later CNNs). The
@@ -172,11 +173,13 @@ class LeNet5(nn.Module):
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} and output one of "
                              f"{', '.join(OUTPUTS)}; got {activation!r} and {output!r}")
         H, W = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        if (H, W) != (32, 32):
-            raise ValueError(f"LeNet-5 reads 32x32 images (Section II.B), not {H}x{W}; resize them with --image-size 32")
+        if (H, W) not in ((32, 32), (28, 28)):
+            raise ValueError(f"LeNet-5 reads 32x32 images (Section II.B), or MNIST's 28x28 padded to 32x32, not "
+                             f"{H}x{W}; resize them with --image-size 32")
         if table is not None and (len(table) != maps[1] or max(max(row) for row in table) >= maps[0]):
             raise ValueError(f"the connection table must have {maps[1]} rows over {maps[0]} S2 maps")
         self.in_chans, self.img_size, self.f, self.rbf = in_chans, (H, W), ACTIVATIONS[activation], output == "rbf"
+        self.pad = (32 - H) // 2  # 2 for MNIST's 28x28 field
         self.C1 = nn.Conv2d(in_chans, maps[0], 5)
         self.S2 = Subsampling(maps[0], self.f)
         self.C3 = PartialConv(table) if table is not None else nn.Conv2d(maps[0], maps[1], 5)
@@ -218,11 +221,18 @@ class LeNet5(nn.Module):
             init_uniform(self.output.bias, self.output.in_features)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
-        """The F6 states (B, f6) of images (B, C, 32, 32)."""
+        """The F6 states (B, f6) of images (B, C, 32, 32), or of MNIST's (B, C, 28, 28) placed in the
+        32x32 input with 2 pixels of background on every side, as the paper's are ("the largest
+        character ... at most 20x20 pixels centered in a 28x28 field", Section II.B). The background
+        is each image's lowest level: the pixels of value 0, the blank paper, in MNIST and Fashion-MNIST
+        (whose normalisation makes them negative, where a zero pad would be the mean grey)."""
         if tuple(images.shape[-2:]) != self.img_size:
             H, W = self.img_size
             raise ValueError(f"LeNet-5 reads {H}x{W} images (Section II.B), got {images.shape[-2]}x{images.shape[-1]}; "
                              f"resize them (--image-size {H})")
+        if self.pad:
+            background = images.amin(dim=(-2, -1), keepdim=True)  # (B, C, 1, 1)
+            images = F.pad(images - background, (self.pad,) * 4) + background  # (B, C, 32, 32)
         x = self.f(self.C1(images))  # (B, 6, 28, 28)
         x = self.S2(x)  # (B, 6, 14, 14)
         x = self.f(self.C3(x))  # (B, 16, 10, 10)
