@@ -10,10 +10,13 @@ import tempfile
 from pathlib import Path
 
 
+CACHE_VARIABLE = "PAPER_STUDY_CACHE"
+
+
 def cache_dir() -> Path:
     """The cache folder (not created here)."""
-    if os.environ.get("PAPER_STUDY_CACHE"):
-        return Path(os.environ["PAPER_STUDY_CACHE"])
+    if os.environ.get(CACHE_VARIABLE):
+        return Path(os.environ[CACHE_VARIABLE])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paper-study"
 
 

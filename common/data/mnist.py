@@ -8,7 +8,7 @@ Where the files come from, in this order:
 3. `--download`: torchvision's own download into the data dir (see `fetch`).
 
 torchvision's readers parse uncompressed files in ROOT/<Class>/raw/, so gzipped files are decompressed
-once into a cache folder (PAPER_STUDY_CACHE, default ~/.cache/paper-study) and other files are linked
+once into the cache folder (common.cache: PAPER_STUDY_CACHE, default ~/.cache/paper-study) and other files are linked
 there. Before anything trains, each file's uncompressed content is checked against the size and
 sha256 recorded below: a truncated, corrupt or wrong file is one line naming it (a ConfigError).
 Checking all four takes about 0.08 s here, so it is done on every call rather than remembered.
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
+from common.cache import CACHE_VARIABLE, cache_dir
 from common.data import vision
 from common.errors import ConfigError
 
@@ -49,11 +50,6 @@ RECORDED = {
     },
 }
 DEBIAN = {"fashion-mnist": ("/usr/share/datasets/fashion-mnist", "dataset-fashion-mnist")}  # folder, package
-CACHE_VARIABLE = "PAPER_STUDY_CACHE"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "paper-study")
 
 
 def _datasets():
@@ -159,7 +155,7 @@ def prepare(dataset: str, reader: str, data_dir: str | None) -> Path:
             check(dataset, path, path)
         return files[FILES[0]].parents[2]
     source = files[FILES[0]].resolve().parent
-    root = cache_root() / dataset / hashlib.sha256(str(source).encode()).hexdigest()[:16]
+    root = cache_dir() / dataset / hashlib.sha256(str(source).encode()).hexdigest()[:16]
     try:
         (root / reader / "raw").mkdir(parents=True, exist_ok=True)
     except OSError as e:
