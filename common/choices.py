@@ -19,5 +19,6 @@ MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")  # common.mesh
 
 # The data sets that --data-dir reads from disk, and those --download fetches: named in --help
 # (tests/test_help.py checks these against common.data's registry).
-READS_FOLDER = ("pairs", "text", "tokens", "wds", "cifar10", "mnist", "fashion-mnist", "coco", "imagefolder")
+READS_FOLDER = ("pairs", "text", "tokens", "wds", "cifar10", "mnist", "fashion-mnist", "fashion-mnist-rows", "coco",
+                "imagefolder")
 FETCHED = ("cifar10", "mnist", "fashion-mnist")

@@ -165,6 +165,17 @@ def test_tensors_normalised_once_and_resized_as_predict_resizes(small):
         assert np.abs(got - from_png).max() <= grey_level + 1e-5 and np.abs(got - from_png).mean() < grey_level / 4
 
 
+
+def test_the_rows_are_the_images_read_row_by_row_and_a_recurrent_network_trains_on_them(small, tmp_path):
+    images, _ = get_dataset("fashion-mnist").load(data_dir=str(small))
+    spec = get_dataset("fashion-mnist-rows")
+    rows, _ = spec.read(data_dir=str(small))
+    assert spec.facts(data_dir=str(small)) == dict(num_classes=10, input_size=28, seq_len=28)
+    assert spec.inputs == "sequence" and spec.preprocess(data_dir=str(small))["layout"] == "rows"
+    assert torch.equal(rows.tensors[0], images.tensors[0][:, 0]) and torch.equal(rows.tensors[1], images.tensors[1])
+    assert main(["--paper", "lstm", "--dataset", "fashion-mnist-rows", "--data-dir", str(small), "--max-steps", "2",
+                 "--out", str(tmp_path / "run"), *RUN]) == 0
+
 @pytest.mark.parametrize("dataset, flags, expected", [
     ("fashion-mnist", [], "crop:4,flip"),
     ("mnist", [], "crop:4"),

@@ -237,6 +237,10 @@ DATASETS = {
                     description="Fashion-MNIST's 60,000 train / 10,000 test 28x28 grey images of 10 kinds of "
                                 "clothing from --data-dir or Debian's dataset-fashion-mnist, checked by sha256; "
                                 "trains with crop:4,flip unless --augment says otherwise"),
+        DatasetSpec("fashion-mnist-rows", "classification", "sequence", mnist.fashion_rows_facts,
+                    mnist.fashion_rows_load, preprocess=mnist.fashion_rows_preprocess, reads_folder=True,
+                    description="Fashion-MNIST read row by row, as a recurrent network reads it: 28 steps of 28 "
+                                "pixels, from the same files and checks"),
         DatasetSpec("coco", "detection", "image", coco.facts, coco.load, variable_size=True,
                     preprocess=coco.preprocessing, reads_folder=True,
                     description="COCO-format detection data from --data-dir: train.json and test.json, or one "

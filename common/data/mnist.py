@@ -223,3 +223,25 @@ def _mnist_like(name: str, reader_name: str, stats):
 mnist_facts, mnist_load, mnist_preprocess, mnist_fetch = _mnist_like("mnist", "MNIST", vision.MNIST_STATS)
 fashion_facts, fashion_load, fashion_preprocess, fashion_fetch = _mnist_like(
     "fashion-mnist", "FashionMNIST", vision.FASHION_STATS)
+
+
+def rows(load, facts, preprocess):
+    """The same data set read row by row, as a recurrent network reads it: each 28x28 image a sequence of
+    28 steps of 28 pixels (B, 28, 28), normalised as the images are; no augmentation."""
+
+    def rows_facts(data_dir=None, **_) -> dict:
+        facts(data_dir)
+        return dict(num_classes=10, input_size=28, seq_len=28)
+
+    def rows_load(data_dir=None, **_) -> tuple[Dataset, Dataset]:
+        from torch.utils.data import TensorDataset
+
+        return tuple(TensorDataset(d.tensors[0].squeeze(1), d.tensors[1]) for d in load(data_dir))
+
+    def rows_preprocess(data_dir=None, **_) -> dict:
+        return preprocess(data_dir) | dict(layout="rows")
+
+    return rows_facts, rows_load, rows_preprocess
+
+
+fashion_rows_facts, fashion_rows_load, fashion_rows_preprocess = rows(fashion_load, fashion_facts, fashion_preprocess)
