@@ -1,16 +1,16 @@
 """The claims the repository tests stay runnable and findable: every sweep file in papers/*/claims/
-(and the examples in sweeps/) validates with today's flags (a renamed flag, flavor or model switch fails here, not in a reader's
-30-minute sweep), and every claim with a figure has its section in the paper's note and its line in
-README's list."""
+(and the examples in sweeps/; the hypotheses beside them are tests/test_claims_verdict.py's) validates
+with today's flags (a renamed flag, flavor or model switch fails here, not in a reader's 30-minute
+sweep), and every claim with a figure has its section in the paper's note and its line in README's list."""
 
 from pathlib import Path
 
 import pytest
 
-from common import sweep
+from common import claims, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
-SWEEPS = sorted(ROOT.glob("papers/*/claims/*.yaml")) + sorted(ROOT.glob("sweeps/*.yaml"))
+SWEEPS = claims.sweep_files(ROOT) + sorted(ROOT.glob("sweeps/*.yaml"))  # not the hypotheses beside them
 FIGURES = sorted(ROOT.glob("papers/*/claims/*.png"))
 
 

@@ -274,6 +274,30 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "| `fashion-mnist` | image 1x28x28 | classification | Zalando's 60,000 train / 10,000 test images of ten kinds of clothing, the same four files: from `--data-dir`, else Debian's package `dataset-fashion-mnist` (`/usr/share/datasets/fashion-mnist`), else `--download`; checked by size and sha256; trained with `crop:4,flip` by default; see [MNIST and Fashion-MNIST] |",
     "repo's recipe (AdamW, warmup then cosine, no augmentation), which trains every":
         "repo's recipe (AdamW, warmup then cosine, no augmentation but the data set's\nown), which trains every",
+    # the claims' verdicts computed by python -m common.claims (issue 43): each entry's bold verdict is the
+    # tool's, the words after it kept as they were
+    "what differs from the paper's setup:\n\n- [AlexNet]":
+        "what differs from the paper's setup. The words after each verdict were written by hand before the "
+        "verdicts were computed, and some say more or less than the verdict (issue 43 lists them):\n\n- [AlexNet]",
+    "Welch, epochs to a target\n": "Welch, epochs to a target\ncommon/claims.py   a claim's hypothesis (beside its "
+        "sweep file) -> its verdict: Welch, Holm, one rule\n",
+    "a paper's claim stands on, and their figures":
+        "a paper's claim stands on, each with its hypothesis (FILE.hypothesis.yaml, written before the runs), and "
+        "their figures",
+    "**Does not hold\n  here**: at each": "**Verdict: not decided**: at each",
+    "**Degradation holds, the gain from\n  depth does not show at this budget**":
+        "**Verdict: degradation: holds; residual gain: opposite; degradation at a constant rate: holds; residual "
+        "gain at a constant rate: opposite**",
+    "**Holds, at smaller margins**": "**Verdict: not decided**",
+    "**Does not hold here; the reverse does**": "**Verdict: opposite**",
+    "**Holds, by more than the paper's 0.9 BLEU**": "**Verdict: one head: holds; too many heads: holds**",
+    "**Not decided here**: on the shapes after 6": "**Verdict: not decided**: on the shapes after 6",
+    "**Half holds**": "**Verdict: ResNet ahead on little data: holds; ViT overtakes with more: opposite**",
+    "**Holds in direction, much smaller**": "**Verdict: holds**",
+    "**Holds, scaled to the objects an image holds**": "**Verdict: not decided**",
+    "**Does not hold here; its shape does**": "**Verdict: opposite**",
+    "**The first holds, the second is not decided here**":
+        "**Verdict: (a) linear bottlenecks: holds; (b) shortcuts between bottlenecks: not decided**",
     "(e.g. `crop:4,flip`; see `common/data/augment.py`) |":
         "(e.g. `crop:4,flip`; see `common/data/augment.py`); `none` for none; `auto`, the default: the data set's own, "
         "`crop:4,flip` for fashion-mnist, `crop:4` for mnist, none for the others |",

@@ -1,0 +1,175 @@
+"""Claims' verdicts are computed, not written by hand: a made-up results store gets exactly the verdict
+the rule in docs/claims.md gives, Holm's correction over a claim's pairs can undo a borderline pair, the
+Transformer's 4 against 16 heads comes out of results/ as issue 43 computed it, every claim file has its
+hypothesis, and what README, docs/claims.md and the notes write is what the tool computes today."""
+
+import json
+import re
+import shutil
+
+import pytest
+
+from common import claims, leaderboard, seeds
+from common.errors import ConfigError
+from tests.conftest import ROOT
+
+SWEEP = """name: made-up
+program: train.py
+method: grid
+parameters:
+  paper: {value: lenet}
+  arm: {values: [base, up, down, same, noisy, border, border2, border3]}
+  seed: {values: [0, 1, 2]}
+"""
+VALUES = {"base": [10.0, 10.1, 9.9], "up": [12.0, 12.1, 11.9], "down": [8.0, 8.1, 7.9],
+          "same": [10.01, 10.11, 9.91], "noisy": [9.0, 11.0, 13.0], "border": [10.3, 10.4, 10.2],
+          "border2": [10.3, 10.4, 10.2], "border3": [10.3, 10.4, 10.2]}
+
+
+def made_up(tmp_path, claims_yaml: str) -> claims.Hypothesis:
+    """A sweep file, its hypothesis with these claims, and a store of 3 seeds per arm (VALUES)."""
+    folder = tmp_path / "papers" / "made" / "claims"
+    folder.mkdir(parents=True)
+    (folder / "made-up.yaml").write_text(SWEEP)
+    arms = "".join(f"  {arm}: {{arm: {arm}}}\n" for arm in VALUES)
+    (folder / "made-up.hypothesis.yaml").write_text(
+        f"paper: Made\ntitle: made up\nmetric: accuracy\narms:\n{arms}claims:\n{claims_yaml}")
+    for arm, values in VALUES.items():
+        for seed, v in enumerate(values):
+            r = {"run_id": f"made-up-{arm}-{seed}", "paper": "lenet", "metric": "accuracy", "final": v,
+                 "sweep": {"name": "made-up", "combination": {"paper": "lenet", "arm": arm, "seed": seed}}}
+            (tmp_path / "results" / f"{r['run_id']}.json").parent.mkdir(exist_ok=True)
+            (tmp_path / "results" / f"{r['run_id']}.json").write_text(json.dumps(r))
+    return claims.load(folder / "made-up.yaml")
+
+
+def one_pair_claims(pairs: list[tuple[str, float | None, float | None]]) -> str:
+    """A claim of its own for each (pair, paper's effect, smallest difference that counts)."""
+    return "".join(f"  - label: claim {i}\n    pairs: {{\"{pair}\": {'null' if paper is None else paper}}}\n"
+                   f"    min_difference: {'null' if least is None else least}\n"
+                   for i, (pair, paper, least) in enumerate(pairs))
+
+
+def verdicts(tmp_path, h: claims.Hypothesis) -> list[claims.Judged]:
+    return claims.judge(h, leaderboard.local_results(tmp_path / "results"))
+
+
+def test_each_verdict_of_the_rule(tmp_path):
+    """up is base + 2 (spread 0.1: interval about [1.75, 2.25]), down base - 2, same base + 0.01, noisy
+    base + 1 with a spread of 2 (an interval from about -4 to +6)."""
+    cases = [("up > base", None, None, "holds"), ("up > base", 5, None, "smaller than the paper's"),
+             ("up > base", 1.5, None, "holds"),  # the paper's 1.5 below the interval: larger, not smaller
+             ("down > base", None, None, "opposite"), ("up < base", None, None, "opposite"),
+             ("same > base", None, 1, "no effect"), ("same > base", None, None, "not decided"),
+             ("noisy > base", None, 1, "not decided"), ("same = base", None, 1, "holds"),
+             ("up = base", None, 1, "opposite"), ("noisy = base", None, 1, "not decided"),
+             ("same = base", None, None, "not decided")]
+    h = made_up(tmp_path, one_pair_claims([c[:3] for c in cases]))
+    judged = verdicts(tmp_path, h)
+    assert [j.verdict for j in judged] == [c[3] for c in cases]
+    up = judged[0].pairs[0]
+    assert (up.difference, up.low, up.high) == pytest.approx(seeds.welch(VALUES["up"], VALUES["base"]))
+    assert (up.holm_low, up.holm_high, up.level) == pytest.approx((up.low, up.high, 0.95))  # one pair: 95%
+    assert 1.7 < up.low < up.high < 2.3 and up.n == (3, 3)
+
+
+def test_holm_changes_a_borderline_pair(tmp_path):
+    """border is base + 0.3 (p 0.021): alone its 95% interval excludes 0; as one of three such pairs of a
+    claim its first level is 1 - 0.05/3, whose interval holds 0, and every pair stays there."""
+    h = made_up(tmp_path, one_pair_claims([("border > base", None, None)])
+                + "  - label: three\n    pairs: {\"border > base\": null, \"border2 > base\": null, "
+                  "\"border3 > base\": null}\n    min_difference: null\n")
+    alone, three = verdicts(tmp_path, h)
+    assert alone.verdict == "holds" and alone.pairs[0].p == pytest.approx(0.0213, abs=1e-3)
+    assert three.verdict == "not decided" and [c.verdict for c in three.pairs] == ["not decided"] * 3
+    assert [c.level for c in three.pairs] == pytest.approx([1 - 0.05 / 3] * 3)
+    assert all(c.low > 0 and c.holm_low < 0 for c in three.pairs)  # 95% excludes 0, Holm's does not
+    assert "Holm's correction over its 3 pairs" in claims.report(h, [alone, three])
+
+
+def test_holm_steps_down_after_a_clear_pair(tmp_path):
+    """One clear pair (up, p < 0.001) and one borderline: the clear one at 1 - 0.05/2, the other at 95%."""
+    h = made_up(tmp_path, "  - label: two\n    pairs: {\"up > base\": null, \"border > base\": null}\n"
+                          "    min_difference: null\n")
+    (two,) = verdicts(tmp_path, h)
+    assert [c.level for c in two.pairs] == pytest.approx([0.975, 0.95])
+    assert two.verdict == "holds"
+
+
+def test_an_arm_that_names_no_value_of_the_sweep_is_refused(tmp_path):
+    h = made_up(tmp_path, one_pair_claims([("up > base", None, None)]))
+    text = h.path.with_name("made-up.hypothesis.yaml").read_text().replace("{arm: up}", "{arm: upp}")
+    h.path.with_name("made-up.hypothesis.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="arm 'up': arm=upp is not among"):
+        claims.load(h.path)
+    assert claims.main(["verdict"]) == 2
+
+
+@pytest.fixture(scope="module")
+def judged():
+    return claims.judge_all(claims.sweep_files(), ROOT / "results")
+
+
+def test_the_transformer_heads_pair_comes_from_results(judged):
+    """Issue 43: 4 heads minus 16 heads, +2.81 BLEU [1.26, 4.37] (Welch), a pair --versus never compared."""
+    (h, js), = [(h, js) for h, js in judged if h.path.name == "heads.yaml"]
+    pair = next(c for j in js for c in j.pairs if str(c.pair) == "4 heads > 16 heads")
+    assert (round(pair.difference, 2), round(pair.low, 2), round(pair.high, 2)) == (2.81, 1.26, 4.37)
+    assert pair.n == (3, 3) and pair.verdict == "holds"
+
+
+def test_verdict_all_runs_on_the_committed_results(judged, capsys):
+    assert claims.main(["verdict", "--all"]) == 0
+    out = capsys.readouterr().out
+    for h, js in judged:
+        assert str(h.path.relative_to(ROOT)) in out
+        assert all(j.verdict in claims.WEAKEST_FIRST and all(c.n[0] >= 3 and c.n[1] >= 3 for c in j.pairs)
+                   for j in js)
+    assert sum(len(js) for _, js in judged) >= 15
+
+
+def test_every_claim_file_has_its_hypothesis(judged):
+    """Beside every sweep file its hypothesis, with what docs/claims.md asks of it; a smallest difference
+    never stated is null and said to be so; labels tell a paper's claims apart."""
+    sweeps = claims.sweep_files()
+    assert len(sweeps) >= 15 and {h.path for h, _ in judged} == set(sweeps)
+    hypotheses = sorted(ROOT.glob("papers/*/claims/*.hypothesis.yaml"))
+    assert {claims.hypothesis_file(s) for s in sweeps} == set(hypotheses)
+    labels: dict[str, list[str]] = {}
+    for h, _ in judged:
+        if h.spec.get("part_of"):
+            assert (h.path.parent / h.spec["part_of"]).is_file()
+            continue
+        assert {"paper", "title", "statement", "where", "written", "arms", "claims"} <= set(h.spec), h.path
+        assert sum(k in h.spec for k in ("reach", "file")) <= 1 and ("metric" in h.spec or "reach" in h.spec)
+        for claim in h.claims:
+            assert claim.pairs
+            if claim.min_difference is None:
+                assert "min_difference" in h.spec.get("stated_after_results", []), h.path
+        labels.setdefault(h.paper_dir.name, []).extend(c.label for c in h.claims)
+    assert all(len(set(v)) == len(v) for v in labels.values()), labels
+
+
+def test_the_written_blocks_are_what_the_tool_writes(judged, tmp_path):
+    """README's claims table and docs/claims.md's table of pairs: `verdict --all --write` would change
+    nothing; a block edited by hand (or left behind by new runs) is found."""
+    assert claims.stale(judged) == [], "stale: run python -m common.claims verdict --all --write"
+    (tmp_path / "docs").mkdir()
+    for name in claims.BLOCKS:
+        shutil.copy(ROOT / name, tmp_path / name)
+    readme = tmp_path / "README.md"
+    readme.write_text(readme.read_text().replace("| not decided |", "| holds |", 1))
+    assert claims.stale(judged, tmp_path) == ["README.md"]
+
+
+def test_notes_and_docs_write_the_tools_verdict(judged):
+    """Each note's `**Verdict: ...**` in its claim section, and each paper's entry in docs/claims.md, is
+    the tool's verdict text (the prose after it is the note's own)."""
+    listing = (ROOT / "docs" / "claims.md").read_text()
+    for name, items in claims.by_paper(judged).items():
+        expected = claims.paper_verdict(items)
+        note = (ROOT / "papers" / name / "README.md").read_text()
+        assert claims.written_verdict(note) == expected, f"papers/{name}/README.md"
+        entry = re.search(rf"^- \[[^\]]+\]\(\.\./papers/{name}/README\.md#the-claim-tested\)(.*?)(?=^- |\Z)",
+                          listing, re.S | re.M)
+        assert entry and claims.written_verdict(entry[1]) == expected, f"docs/claims.md, {name}"
