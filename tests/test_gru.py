@@ -337,3 +337,24 @@ def test_gru_is_still_the_default_cell():
         torch.manual_seed(0)
         states.append(GRUClassifier(INPUT, 3, HIDDEN, 2, True, **extra).state_dict())
     assert states[0].keys() == states[1].keys() and all(torch.equal(v, states[1][k]) for k, v in states[0].items())
+
+
+def test_lstm_rnn_and_gru_layers_share_one_base_and_keep_only_their_equations():
+    """The weights per direction, their initialisation, the directions, the loop over time and the stack
+    are common.layers' once; each paper's layer gives its step and where its biases go."""
+    from common.layers import RecurrentLayer, RecurrentStack
+    from papers.gru.model import GRULayer
+    from papers.lstm.model import LSTM, RNN, LSTMLayer, RNNLayer
+
+    for Layer in (LSTMLayer, RNNLayer, GRULayer):
+        assert Layer.__bases__ == (RecurrentLayer,)
+        assert {"step", "recurrence"} <= set(vars(Layer))
+        assert not {"cells", "forward", "reset_parameters"} & set(vars(Layer))
+    for Stack in (LSTM, RNN, GRU):
+        assert Stack.__bases__ == (RecurrentStack,)
+    shapes = {Layer.__name__: {k: tuple(v.shape) for k, v in Layer(3, 2, 1, True).state_dict().items()}
+              for Layer in (LSTMLayer, RNNLayer, GRULayer)}
+    for name, gates in (("LSTMLayer", 4), ("RNNLayer", 1), ("GRULayer", 3)):  # nn.LSTM's, nn.RNN's, nn.GRU's names
+        assert shapes[name] == {f"{w}_l1{s}": shape for s in ("", "_reverse") for w, shape in (
+            ("weight_ih", (2 * gates, 3)), ("weight_hh", (2 * gates, 2)), ("bias_ih", (2 * gates,)),
+            ("bias_hh", (2 * gates,)))}

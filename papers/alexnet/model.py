@@ -14,6 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.layers import ClassifierMixin
+
 # Section 3.1: "neurons with this nonlinearity", f(x) = max(0, x), against the saturating f(x) = tanh(x)
 ACTIVATIONS = {"relu": F.relu, "tanh": torch.tanh}
 
@@ -82,7 +84,7 @@ class ConvLayer(nn.Module):
         return self.pool(self.norm(self.f(self.conv(x))))  # (B, out_chans, H', W')
 
 
-class AlexNet(nn.Module):
+class AlexNet(ClassifierMixin, nn.Module):
     """AlexNet: five convolutional layers, then three fully connected ones.
 
     Args:
@@ -108,6 +110,8 @@ class AlexNet(nn.Module):
         activation: "relu", the paper's, or "tanh" (Section 3.1's saturating units), in every layer
             but fc8.
     """
+
+    classifier_name = "fc8"  # no_weight_decay, get_classifier, reset_classifier: common.layers.ClassifierMixin
 
     def __init__(
         self,
@@ -178,19 +182,11 @@ class AlexNet(nn.Module):
             nn.init.normal_(m.weight, 0.0, 0.01)
             nn.init.constant_(m.bias, 1.0 if m in ones else 0.0)  # ReLUs start with positive inputs
 
-    def no_weight_decay(self) -> set[str]:
-        return set()
-
-    def get_classifier(self) -> nn.Linear:
-        return self.fc8
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new fc8 for num_classes, initialised as the paper initialises it: weights N(0, 0.01), bias 0
+    def init_classifier(self, layer: nn.Linear) -> None:
+        """A new fc8 (reset_classifier) starts as the paper initialises it: weights N(0, 0.01), bias 0
         (whatever the init of the rest, so that fine-tuning torchvision's weights starts as the paper would)."""
-        W = self.fc8.weight
-        self.fc8 = nn.Linear(W.shape[1], num_classes, device=W.device, dtype=W.dtype)
-        nn.init.normal_(self.fc8.weight, 0.0, 0.01)
-        nn.init.zeros_(self.fc8.bias)
+        nn.init.normal_(layer.weight, 0.0, 0.01)
+        nn.init.zeros_(layer.bias)
 
     def resize_position_embeddings(self, img_size: int | tuple[int, int]) -> None:
         """What common.pretrained calls to fine-tune at another image size (the name is ViT's; AlexNet has no

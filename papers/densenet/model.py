@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.layers import MaskedBatchNorm2d, downsample_mask, masked, masked_mean
+from common.layers import ClassifierMixin, MaskedBatchNorm2d, downsample_mask, masked, masked_mean
 
 
 def pooled_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -142,7 +142,7 @@ class Stem(nn.Module):
         return x, mask
 
 
-class DenseNet(nn.Module):
+class DenseNet(ClassifierMixin, nn.Module):
     """DenseNet classifier: a stem, dense blocks with transition layers between them, a final
     BN-ReLU, global average pooling and a linear (softmax) classifier.
 
@@ -208,18 +208,9 @@ class DenseNet(nn.Module):
                 nn.init.zeros_(m.bias)
         nn.init.zeros_(self.fc.bias)
 
-    def no_weight_decay(self) -> set[str]:
-        """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
-        return set()
-
-    def get_classifier(self) -> nn.Linear:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new classifier for num_classes, initialised as in `reset_parameters`."""
-        W = self.fc.weight
-        self.fc = nn.Linear(self.num_features, num_classes, device=W.device, dtype=W.dtype)
-        nn.init.zeros_(self.fc.bias)
+    def init_classifier(self, layer: nn.Linear) -> None:
+        """A new classifier (reset_classifier, common.layers.ClassifierMixin) starts as in `reset_parameters`."""
+        nn.init.zeros_(layer.bias)
 
     def forward_features(self, images: torch.Tensor, mask: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:

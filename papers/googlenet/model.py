@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.layers import ClassifierMixin
+
 
 class Conv(nn.Module):
     """A convolution and its ReLU ("all the convolutions ... use rectified linear activation").
@@ -133,7 +135,7 @@ class Stem(nn.Module):
         return self.pool2(self.norm2(x))  # (B, 192, 28, 28)
 
 
-class GoogLeNet(nn.Module):
+class GoogLeNet(ClassifierMixin, nn.Module):
     """GoogLeNet (Table 1): the stem, Inception modules in stages separated by max pooling, global
     average pooling, dropout and a linear classifier; auxiliary classifiers in training.
 
@@ -261,27 +263,20 @@ class GoogLeNet(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def no_weight_decay(self) -> set[str]:
-        """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
-        return set()
-
-    def get_classifier(self) -> nn.Linear:
-        return self.fc
-
     def reset_classifier(self, num_classes: int) -> None:
-        """New last layers, of the main and the auxiliary classifiers, for num_classes."""
-        def new(old: nn.Linear) -> nn.Linear:
-            layer = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
-            if self.init == "caffe":
-                nn.init.kaiming_uniform_(layer.weight, nonlinearity="linear")
-                nn.init.zeros_(layer.bias)
-            else:
-                nn.init.trunc_normal_(layer.weight, mean=0.0, std=0.01, a=-2, b=2)
-            return layer
-
-        self.fc = new(self.fc)
+        """New last layers, of the main and the auxiliary classifiers, for num_classes (the main one:
+        common.layers.ClassifierMixin's)."""
+        super().reset_classifier(num_classes)
         for aux in self.aux.values():
-            aux.fc2 = new(aux.fc2)
+            aux.fc2 = self.new_classifier(aux.fc2, num_classes)
+
+    def init_classifier(self, layer: nn.Linear) -> None:
+        """How a new last layer starts: as the flavor's init starts the last layers."""
+        if self.init == "caffe":
+            nn.init.kaiming_uniform_(layer.weight, nonlinearity="linear")
+            nn.init.zeros_(layer.bias)
+        else:
+            nn.init.trunc_normal_(layer.weight, mean=0.0, std=0.01, a=-2, b=2)
 
     def resize_position_embeddings(self, img_size: int | tuple[int, int]) -> None:
         """The trainer's hook for fine-tuning at another image size (common.pretrained); GoogLeNet has no

@@ -32,18 +32,20 @@ built of that ungated unit instead (cell="tanh"): h_t = tanh(W x_t + U h_{t-1} +
 RNNLayer, with torch.nn.RNN's two bias vectors (b = b_ih + b_hh) as the GRU keeps nn.GRU's two.
 """
 
-import math
 from functools import partial
 
 import torch
 import torch.nn as nn
 from einops import rearrange
 
-from papers.lstm.model import RNNLayer, over_time
+from common.layers import RecurrentLayer, RecurrentStack
+from papers.lstm.model import RNNLayer
 
 
-class GRULayer(nn.Module):
-    """One layer of gated recurrent units, read forward and, if bidirectional, also backward.
+class GRULayer(RecurrentLayer):
+    """One layer of gated recurrent units, read forward and, if bidirectional, also backward (the
+    directions, the loop over time and nn.GRU's initialisation are common.layers.RecurrentLayer's;
+    the paper's own initialisation is applied by EncoderDecoder, which owns the choice).
 
     The weights are stacked in the gate order r, z, n and named as torch.nn.GRU names them:
     weight_ih_l{k} (3H, input), weight_hh_l{k} (3H, H), bias_ih_l{k} and bias_hh_l{k} (3H,),
@@ -57,23 +59,12 @@ class GRULayer(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_size: int, layer: int = 0, bidirectional: bool = False):
-        super().__init__()
-        self.hidden_size = hidden_size
-        self.suffixes = [f"_l{layer}", f"_l{layer}_reverse"][: 2 if bidirectional else 1]
-        for s in self.suffixes:
-            self.register_parameter(f"weight_ih{s}", nn.Parameter(torch.empty(3 * hidden_size, input_size)))
-            self.register_parameter(f"weight_hh{s}", nn.Parameter(torch.empty(3 * hidden_size, hidden_size)))
-            self.register_parameter(f"bias_ih{s}", nn.Parameter(torch.empty(3 * hidden_size)))
-            self.register_parameter(f"bias_hh{s}", nn.Parameter(torch.empty(3 * hidden_size)))
-        self.reset_parameters()
+        super().__init__(input_size, hidden_size, 3, layer, bidirectional)  # r, z, n
 
-    def reset_parameters(self) -> None:
-        """torch.nn.GRU's initialisation: every weight and bias from U(-1/sqrt(H), 1/sqrt(H)), drawn in
-        nn.GRU's order, so that the same seed gives nn.GRU's initial weights. (The paper's own
-        initialisation is applied by EncoderDecoder, which owns the choice.)"""
-        bound = 1 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+    def recurrence(self, W_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor):
+        """Only b_i* goes into the input part W_i* x_t + b_i*: `step` reads W_hh and b_hh, since the reset
+        gate multiplies W_hn h_{t-1} + b_hn."""
+        return b_ih, partial(self.step, W_hh=W_hh, b_hh=b_hh)
 
     @staticmethod
     def step(h_prev: torch.Tensor, inputs, W_hh: torch.Tensor, b_hh: torch.Tensor,
@@ -106,46 +97,11 @@ class GRULayer(nn.Module):
         valid = (lengths > t).unsqueeze(1)  # (B, 1): step t lies inside the sequence
         return torch.where(valid, h_t, h_prev), torch.where(valid, h_t, torch.zeros_like(h_t))
 
-    def cells(self, x: torch.Tensor, suffix: str, lengths: torch.Tensor | None, reverse: bool,
-              h_0: torch.Tensor | None = None):
-        """Run one direction's units over time.
 
-        Args:
-            x: (B, T, input) padded inputs.
-            suffix: which direction's weights ("_l{k}" or "_l{k}_reverse").
-            lengths: (B,) valid steps of each sequence, or None when all are full length.
-            reverse: read time backwards. Steps at or past a sequence's length leave the state
-                untouched (it is still h_0 when a reversed read reaches the last valid step), so
-                each sequence is read from its own last step to its first.
-            h_0: (B, H) the initial state; zeros when None.
-
-        Returns:
-            h: (B, T, H) every step's h_t, zero past each sequence's end; and h_n (B, H), the
-            state after each sequence's own last step.
-        """
-        W_ih, W_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
-        b_ih, b_hh = getattr(self, f"bias_ih{suffix}"), getattr(self, f"bias_hh{suffix}")
-        B = x.shape[0]
-        # the input part of all three gates, for all steps at once
-        x_flat = rearrange(x, "b t d -> (b t) d")  # (B*T, input)
-        x_proj = rearrange(torch.addmm(b_ih, x_flat, W_ih.t()), "(b t) g -> t b g", b=B)  # (T, B, 3H)
-        h = x.new_zeros(B, self.hidden_size) if h_0 is None else h_0  # (B, H)
-        # the LSTM's loop over time (a torch.scan, an ONNX Scan, when exported)
-        return over_time(partial(self.step, W_hh=W_hh, b_hh=b_hh), x_proj, h, lengths, reverse)  # (B, T, H), (B, H)
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None, h_0: torch.Tensor | None = None):
-        """(B, T, input), lengths (B,) or None, h_0 (D, B, H) or None -> output (B, T, D*H), h_n (D, B, H)."""
-        outs, h_n = [], []
-        for d, s in enumerate(self.suffixes):
-            out, h = self.cells(x, s, lengths, reverse=s.endswith("_reverse"), h_0=None if h_0 is None else h_0[d])
-            outs.append(out)
-            h_n.append(h)
-        return torch.cat(outs, dim=-1), torch.stack(h_n)
-
-
-class GRU(nn.Module):
+class GRU(RecurrentStack):
     """A stack of GRU layers on batch-first padded sequences, as torch.nn.GRU(batch_first=True)
-    computes it on a packed sequence; or, with cell="tanh", the same stack of ungated tanh units.
+    computes it on a packed sequence (common.layers.RecurrentStack); or, with cell="tanh", the same
+    stack of ungated tanh units.
 
     Args:
         input_size: features of each step.
@@ -163,17 +119,10 @@ class GRU(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
                  cell: str = "gru"):
-        super().__init__()
         if cell not in self.CELLS:
             raise ValueError(f"unknown cell '{cell}'; choose from: {', '.join(self.CELLS)}")
-        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bidirectional, self.cell = bidirectional, cell
-        self.D = 2 if bidirectional else 1
-        Layer = self.CELLS[cell]
-        self.layers = nn.ModuleList(  # layer k+1 reads layer k's outputs, D*H features per step
-            Layer(input_size if k == 0 else self.D * hidden_size, hidden_size, k, bidirectional)
-            for k in range(num_layers)
-        )
+        super().__init__(self.CELLS[cell], input_size, hidden_size, num_layers, bidirectional)
+        self.cell = cell
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None, h_0: torch.Tensor | None = None):
         """Run the stack.
@@ -190,14 +139,7 @@ class GRU(nn.Module):
             (D*num_layers, B, H), ordered as h_0, holding each sequence's state after its own
             last step.
         """
-        if lengths is not None:
-            lengths = lengths.to(x.device)
-        h_n = []
-        for k, layer in enumerate(self.layers):
-            h_0k = None if h_0 is None else h_0[k * self.D:(k + 1) * self.D]  # (D, B, H)
-            x, h = layer(x, lengths, h_0k)  # (B, T, D*H), (D, B, H)
-            h_n.append(h)
-        return x, torch.cat(h_n)
+        return super().forward(x, lengths, h_0)
 
 
 class GRUClassifier(nn.Module):

@@ -14,6 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.layers import ClassifierMixin
+
 A, S = 1.7159, 2 / 3  # the squashing function f(a) = A tanh(S a) (Eq. 6, Appendix A)
 
 # Table I: which S2 feature maps each C3 feature map reads. The first six read every contiguous
@@ -135,7 +137,7 @@ class EuclideanRBF(nn.Module):
         return (x[:, None, :] - self.W).square().sum(-1)  # y_i, penalties: (B, classes)
 
 
-class LeNet5(nn.Module):
+class LeNet5(ClassifierMixin, nn.Module):
     """LeNet-5 (Fig. 2): C1, S2, C3, S4, C5, F6 and the RBF output layer.
 
     The classifier's outputs are penalties (a distance: lower is better); `forward` returns their
@@ -156,6 +158,8 @@ class LeNet5(nn.Module):
             connected layer whose outputs are the logits (the soft-max output of later CNNs). The
             two switches let a sweep tell what limits LeNet-5 where it learns little.
     """
+
+    classifier_name = "output"  # no_weight_decay, get_classifier: common.layers.ClassifierMixin
 
     def __init__(
         self,
@@ -201,12 +205,6 @@ class LeNet5(nn.Module):
         self.S4.reset_parameters()
         if self.rbf:
             self.output.reset_parameters()
-
-    def no_weight_decay(self) -> set[str]:
-        return set()
-
-    def get_classifier(self) -> EuclideanRBF | nn.Linear:
-        return self.output
 
     def reset_classifier(self, num_classes: int) -> None:
         """New RBF units for num_classes, with fixed +1/-1 codes drawn as the model draws them (or a new

@@ -27,49 +27,23 @@ net trained by back-propagation through time, as torch.nn.RNN(nonlinearity="tanh
     h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
 """
 
-import math
 from functools import partial
 
 import torch
 import torch.nn as nn
 from einops import rearrange
-from torch._higher_order_ops.scan import scan  # torch.scan, still under a private name
+
+from common.layers import RecurrentLayer, RecurrentStack
 
 
-def over_time(step, x_proj: torch.Tensor, state, lengths: torch.Tensor | None, reverse: bool):
-    """Run one direction's `step` over the T steps of a batch, forwards or backwards: a Python loop
-    in training, torch.scan when the model is exported (one graph for every length T: the loop
-    becomes an ONNX Scan).
-
-    Args:
-        step: (state, (x_proj_t, t), lengths) -> (state, output_t): one step of a layer's equations
-            with its recurrent weights bound (LSTMLayer.step, RNNLayer.step, papers/gru's GRULayer.step).
-        x_proj: (T, B, G) the input part of every step, W_ih x_t + biases, computed beforehand.
-        state: the initial state, a tensor or a tuple of tensors, each (B, H).
-        lengths: (B,) valid steps of each sequence, or None when all are full length.
-        reverse: read time backwards.
-
-    Returns:
-        (B, T, H) every step's output, and the final state.
-    """
-    T, B, _ = x_proj.shape
-    if torch.compiler.is_exporting():
-        lengths = torch.full((B,), T, device=x_proj.device) if lengths is None else lengths
-        state, outputs = scan(partial(step, lengths=lengths), state,
-                              (x_proj, torch.arange(T, device=x_proj.device)), reverse=reverse)
-        return rearrange(outputs, "t b h -> b t h"), state
-    outputs = [None] * T
-    for t in (reversed(range(T)) if reverse else range(T)):
-        state, outputs[t] = step(state, (x_proj[t], t), lengths=lengths)
-    return torch.stack(outputs, dim=1), state  # (B, T, H)
-
-
-class LSTMLayer(nn.Module):
-    """One layer of LSTM cells, read forward and, if bidirectional, also backward.
+class LSTMLayer(RecurrentLayer):
+    """One layer of LSTM cells, read forward and, if bidirectional, also backward (the directions, the
+    loop over time and nn.LSTM's initialisation are common.layers.RecurrentLayer's).
 
     The weights are stacked in the gate order i, f, g, o and named as torch.nn.LSTM
     names them: weight_ih_l{k} (4H, input), weight_hh_l{k} (4H, H), bias_ih_l{k} and
-    bias_hh_l{k} (4H,), with the suffix _reverse for the backward direction.
+    bias_hh_l{k} (4H,), with the suffix _reverse for the backward direction. The state is
+    (h_t, c_t); `forward` takes and returns (h, c), each (D, B, H), as nn.LSTM does.
 
     Args:
         input_size: features of each step x_t.
@@ -82,23 +56,17 @@ class LSTMLayer(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, layer: int = 0, bidirectional: bool = False,
                  forget_gate: bool = True):
-        super().__init__()
-        self.hidden_size, self.forget_gate = hidden_size, forget_gate
-        G = (4 if forget_gate else 3) * hidden_size  # rows of the stacked gates
-        self.suffixes = [f"_l{layer}", f"_l{layer}_reverse"][: 2 if bidirectional else 1]
-        for s in self.suffixes:
-            self.register_parameter(f"weight_ih{s}", nn.Parameter(torch.empty(G, input_size)))
-            self.register_parameter(f"weight_hh{s}", nn.Parameter(torch.empty(G, hidden_size)))
-            self.register_parameter(f"bias_ih{s}", nn.Parameter(torch.empty(G)))
-            self.register_parameter(f"bias_hh{s}", nn.Parameter(torch.empty(G)))
-        self.reset_parameters()
+        gates = 4 if forget_gate else 3  # i, f, g, o; the 1997 cell: i, g, o
+        super().__init__(input_size, hidden_size, gates, layer, bidirectional)
+        self.forget_gate = forget_gate
 
-    def reset_parameters(self) -> None:
-        """torch.nn.LSTM's initialisation: every weight and bias from U(-1/sqrt(H), 1/sqrt(H)), drawn in
-        nn.LSTM's order, so that the same seed gives nn.LSTM's initial weights."""
-        bound = 1 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+    def zero_state(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h_0, c_0) = (0, 0), each (B, H)."""
+        return super().zero_state(x), super().zero_state(x)
+
+    def recurrence(self, W_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor):
+        """Both biases b_i* + b_h* go into the input part W_i* x_t + b_i* + b_h*; `step` reads W_hh."""
+        return b_ih + b_hh, partial(self.step, W_hh=W_hh, forget_gate=self.forget_gate)
 
     @staticmethod
     def step(state, inputs, W_hh: torch.Tensor, lengths: torch.Tensor | None, forget_gate: bool = True):
@@ -133,51 +101,14 @@ class LSTMLayer(nn.Module):
         return ((torch.where(valid, h_t, h_prev), torch.where(valid, c_t, c_prev)),
                 torch.where(valid, h_t, torch.zeros_like(h_t)))
 
-    def cells(self, x: torch.Tensor, suffix: str, lengths: torch.Tensor | None, reverse: bool,
-              state: tuple[torch.Tensor, torch.Tensor] | None = None):
-        """Run one direction's cells over time.
 
-        Args:
-            x: (B, T, input) padded inputs.
-            suffix: which direction's weights ("_l{k}" or "_l{k}_reverse").
-            lengths: (B,) valid steps of each sequence, or None when all are full length.
-            reverse: read time backwards. Steps at or past a sequence's length leave the
-                state untouched (it is still the initial state when a reversed read reaches
-                the last valid step), so each sequence is read from its own last step to its first.
-            state: the initial (h_0, c_0), each (B, H); None: zeros.
-
-        Returns:
-            h: (B, T, H) every step's h_t, zero past each sequence's end; and (h_n, c_n), each
-            (B, H), the state after each sequence's own last step.
-        """
-        W_ih, W_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
-        b = getattr(self, f"bias_ih{suffix}") + getattr(self, f"bias_hh{suffix}")
-        B = x.shape[0]
-        # the input part of all four gates, for all steps at once
-        x_flat = rearrange(x, "b t d -> (b t) d")  # (B*T, input)
-        x_proj = rearrange(torch.addmm(b, x_flat, W_ih.t()), "(b t) g -> t b g", b=B)  # (T, B, 4H)
-        if state is None:
-            state = (x.new_zeros(B, self.hidden_size), x.new_zeros(B, self.hidden_size))  # (h_0, c_0)
-        step = partial(self.step, W_hh=W_hh, forget_gate=self.forget_gate)
-        return over_time(step, x_proj, state, lengths, reverse)  # (B, T, H), ((B, H), (B, H))
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None,
-                state: tuple[torch.Tensor, torch.Tensor] | None = None):
-        """(B, T, input) -> output (B, T, D*H), and (h_n, c_n) each (D, B, H) for D directions.
-        `state`: the initial (h_0, c_0), each (D, B, H) as nn.LSTM takes it; None: zeros."""
-        outs, h_n, c_n = [], [], []
-        for d, s in enumerate(self.suffixes):
-            initial = None if state is None else (state[0][d], state[1][d])  # (B, H) each
-            out, (h, c) = self.cells(x, s, lengths, reverse=s.endswith("_reverse"), state=initial)
-            outs.append(out)
-            h_n.append(h)
-            c_n.append(c)
-        return torch.cat(outs, dim=-1), (torch.stack(h_n), torch.stack(c_n))
-
-
-class LSTM(nn.Module):
+class LSTM(RecurrentStack):
     """A stack of LSTM layers on batch-first padded sequences, as torch.nn.LSTM(batch_first=True)
-    computes it on a packed sequence.
+    computes it on a packed sequence. `forward(x, lengths=None, state=None)` takes the initial
+    (h_0, c_0), each (D*num_layers, B, H), ordered as nn.LSTM takes them, or None for zeros, and
+    returns the last layer's output (B, T, D*H), zero past each sequence's end, and (h_n, c_n), each
+    (D*num_layers, B, H), ordered layer by layer, forward before backward, holding each sequence's
+    state after its own last step (common.layers.RecurrentStack).
 
     Args:
         input_size: features of each step.
@@ -189,44 +120,10 @@ class LSTM(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
                  forget_gate: bool = True):
-        super().__init__()
-        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bidirectional = bidirectional
-        D = 2 if bidirectional else 1
-        self.layers = nn.ModuleList(  # layer k+1 reads layer k's outputs, D*H features per step
-            LSTMLayer(input_size if k == 0 else D * hidden_size, hidden_size, k, bidirectional, forget_gate)
-            for k in range(num_layers)
-        )
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None,
-                state: tuple[torch.Tensor, torch.Tensor] | None = None):
-        """Run the stack.
-
-        Args:
-            x: (B, T, input_size), padded after each sequence's end.
-            lengths: (B,) int64 number of valid steps of each sequence, 1 <= length <= T;
-                None when every sequence is T steps long.
-            state: the initial (h_0, c_0), each (D*num_layers, B, H), ordered as nn.LSTM takes
-                them (and as h_n, c_n come back); None: zeros.
-
-        Returns:
-            output (B, T, D*H) of the last layer, zero past each sequence's end; and
-            (h_n, c_n), each (D*num_layers, B, H), ordered layer by layer, forward before
-            backward, holding each sequence's state after its own last step.
-        """
-        if lengths is not None:
-            lengths = lengths.to(x.device)
-        D = 2 if self.bidirectional else 1
-        h_n, c_n = [], []
-        for k, layer in enumerate(self.layers):
-            initial = None if state is None else (state[0][k * D:(k + 1) * D], state[1][k * D:(k + 1) * D])
-            x, (h, c) = layer(x, lengths, initial)  # (B, T, D*H), (D, B, H)
-            h_n.append(h)
-            c_n.append(c)
-        return x, (torch.cat(h_n), torch.cat(c_n))
+        super().__init__(LSTMLayer, input_size, hidden_size, num_layers, bidirectional, forget_gate=forget_gate)
 
 
-class RNNLayer(nn.Module):
+class RNNLayer(RecurrentLayer):
     """One layer of a conventional recurrent net (Elman's, of tanh units, trained by back-propagation
     through time), read forward and, if bidirectional, also backward:
 
@@ -237,6 +134,8 @@ class RNNLayer(nn.Module):
     the backward direction. The error sent back through h_{t-1} is multiplied at every step by
     W_hh^T diag(1 - h_t^2): the vanishing gradient that the constant error carousel avoids.
 
+    The directions, the loop over time and nn.RNN's initialisation are common.layers.RecurrentLayer's.
+
     Args:
         input_size: features of each step x_t.
         hidden_size: number of units H.
@@ -245,22 +144,11 @@ class RNNLayer(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_size: int, layer: int = 0, bidirectional: bool = False):
-        super().__init__()
-        self.hidden_size = hidden_size
-        self.suffixes = [f"_l{layer}", f"_l{layer}_reverse"][: 2 if bidirectional else 1]
-        for s in self.suffixes:
-            self.register_parameter(f"weight_ih{s}", nn.Parameter(torch.empty(hidden_size, input_size)))
-            self.register_parameter(f"weight_hh{s}", nn.Parameter(torch.empty(hidden_size, hidden_size)))
-            self.register_parameter(f"bias_ih{s}", nn.Parameter(torch.empty(hidden_size)))
-            self.register_parameter(f"bias_hh{s}", nn.Parameter(torch.empty(hidden_size)))
-        self.reset_parameters()
+        super().__init__(input_size, hidden_size, 1, layer, bidirectional)  # one block: no gates
 
-    def reset_parameters(self) -> None:
-        """torch.nn.RNN's initialisation: every weight and bias from U(-1/sqrt(H), 1/sqrt(H)), drawn in
-        nn.RNN's order, so that the same seed gives nn.RNN's initial weights."""
-        bound = 1 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+    def recurrence(self, W_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor):
+        """Both biases b_ih + b_hh go into the input part W_ih x_t + b_ih + b_hh; `step` reads W_hh."""
+        return b_ih + b_hh, partial(self.step, W_hh=W_hh)
 
     @staticmethod
     def step(h_prev: torch.Tensor, inputs, W_hh: torch.Tensor, lengths: torch.Tensor | None):
@@ -284,44 +172,13 @@ class RNNLayer(nn.Module):
         valid = (lengths > t).unsqueeze(1)  # (B, 1): step t lies inside the sequence
         return torch.where(valid, h_t, h_prev), torch.where(valid, h_t, torch.zeros_like(h_t))
 
-    def cells(self, x: torch.Tensor, suffix: str, lengths: torch.Tensor | None, reverse: bool,
-              h_0: torch.Tensor | None = None):
-        """Run one direction's units over time.
 
-        Args:
-            x: (B, T, input) padded inputs.
-            suffix: which direction's weights ("_l{k}" or "_l{k}_reverse").
-            lengths: (B,) valid steps of each sequence, or None when all are full length.
-            reverse: read time backwards, each sequence from its own last step to its first
-                (steps past its end leave h_0 untouched).
-            h_0: (B, H) the initial state; None: zeros.
-
-        Returns:
-            h: (B, T, H) every step's h_t, zero past each sequence's end; and h_n (B, H), the
-            state after each sequence's own last step.
-        """
-        W_ih, W_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
-        b = getattr(self, f"bias_ih{suffix}") + getattr(self, f"bias_hh{suffix}")
-        B = x.shape[0]
-        x_flat = rearrange(x, "b t d -> (b t) d")  # (B*T, input)
-        x_proj = rearrange(torch.addmm(b, x_flat, W_ih.t()), "(b t) h -> t b h", b=B)  # (T, B, H)
-        h = x.new_zeros(B, self.hidden_size) if h_0 is None else h_0  # (B, H)
-        return over_time(partial(self.step, W_hh=W_hh), x_proj, h, lengths, reverse)  # (B, T, H), (B, H)
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None, state: torch.Tensor | None = None):
-        """(B, T, input) -> output (B, T, D*H), and h_n (D, B, H) for D directions.
-        `state`: the initial h_0, (D, B, H) as nn.RNN takes it; None: zeros."""
-        outs, h_n = [], []
-        for d, s in enumerate(self.suffixes):
-            out, h = self.cells(x, s, lengths, reverse=s.endswith("_reverse"), h_0=None if state is None else state[d])
-            outs.append(out)
-            h_n.append(h)
-        return torch.cat(outs, dim=-1), torch.stack(h_n)
-
-
-class RNN(nn.Module):
+class RNN(RecurrentStack):
     """A stack of tanh RNN layers on batch-first padded sequences, as torch.nn.RNN(batch_first=True,
-    nonlinearity="tanh") computes it on a packed sequence.
+    nonlinearity="tanh") computes it on a packed sequence. `forward(x, lengths=None, state=None)`
+    takes the initial h_0, (D*num_layers, B, H), ordered as nn.RNN takes it, or None for zeros, and
+    returns the last layer's output (B, T, D*H) and h_n (D*num_layers, B, H), ordered as h_0
+    (common.layers.RecurrentStack).
 
     Args:
         input_size: features of each step.
@@ -331,38 +188,7 @@ class RNN(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False):
-        super().__init__()
-        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bidirectional = bidirectional
-        D = 2 if bidirectional else 1
-        self.layers = nn.ModuleList(  # layer k+1 reads layer k's outputs, D*H features per step
-            RNNLayer(input_size if k == 0 else D * hidden_size, hidden_size, k, bidirectional)
-            for k in range(num_layers)
-        )
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None, state: torch.Tensor | None = None):
-        """Run the stack.
-
-        Args:
-            x: (B, T, input_size), padded after each sequence's end.
-            lengths: (B,) int64 number of valid steps of each sequence, 1 <= length <= T;
-                None when every sequence is T steps long.
-            state: the initial h_0, (D*num_layers, B, H), ordered as nn.RNN takes it (and as h_n
-                comes back); None: zeros.
-
-        Returns:
-            output (B, T, D*H) of the last layer, zero past each sequence's end; and h_n
-            (D*num_layers, B, H), ordered layer by layer, forward before backward, holding each
-            sequence's state after its own last step.
-        """
-        if lengths is not None:
-            lengths = lengths.to(x.device)
-        D = 2 if self.bidirectional else 1
-        h_n = []
-        for k, layer in enumerate(self.layers):
-            x, h = layer(x, lengths, None if state is None else state[k * D:(k + 1) * D])  # (B, T, D*H), (D, B, H)
-            h_n.append(h)
-        return x, torch.cat(h_n)
+        super().__init__(RNNLayer, input_size, hidden_size, num_layers, bidirectional)
 
 
 class LSTMClassifier(nn.Module):

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.layers import MaskedBatchNorm2d, downsample_mask, masked_mean
+from common.layers import ClassifierMixin, MaskedBatchNorm2d, downsample_mask, masked_mean
 
 
 def make_divisible(v: float, divisor: int = 8) -> int:
@@ -140,7 +140,7 @@ class InvertedResidual(nn.Module):
 TABLE2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
 
-class MobileNetV2(nn.Module):
+class MobileNetV2(ClassifierMixin, nn.Module):
     """MobileNetV2 classifier (Table 2): a 3x3 conv2d of 32 filters with stride 2, the bottleneck
     blocks, a 1x1 conv2d to 1280 channels, global average pooling, dropout and a linear classifier
     (Table 2's final "conv2d 1x1" on the pooled 1x1 map).
@@ -214,19 +214,10 @@ class MobileNetV2(nn.Module):
         nn.init.normal_(self.fc.weight, 0, 0.01)
         nn.init.zeros_(self.fc.bias)
 
-    def no_weight_decay(self) -> set[str]:
-        """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
-        return set()
-
-    def get_classifier(self) -> nn.Linear:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new classifier for num_classes, initialised as in `reset_parameters`."""
-        W = self.fc.weight
-        self.fc = nn.Linear(self.num_features, num_classes, device=W.device, dtype=W.dtype)
-        nn.init.normal_(self.fc.weight, 0, 0.01)
-        nn.init.zeros_(self.fc.bias)
+    def init_classifier(self, layer: nn.Linear) -> None:
+        """A new classifier (reset_classifier, common.layers.ClassifierMixin) starts as in `reset_parameters`."""
+        nn.init.normal_(layer.weight, 0, 0.01)
+        nn.init.zeros_(layer.bias)
 
     def forward_features(self, images: torch.Tensor, mask: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:

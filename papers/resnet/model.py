@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.layers import MaskedBatchNorm2d, downsample_mask, masked, masked_mean
+from common.layers import ClassifierMixin, MaskedBatchNorm2d, downsample_mask, masked, masked_mean
 
 
 def conv3x3(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
@@ -204,7 +204,7 @@ class Stem(nn.Module):
         return x, mask
 
 
-class ResNet(nn.Module):
+class ResNet(ClassifierMixin, nn.Module):
     """ResNet classifier: a stem, stages of residual blocks, global average pooling and one linear layer.
 
     Args:
@@ -271,19 +271,6 @@ class ResNet(nn.Module):
             elif isinstance(m, nn.BatchNorm2d):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
-
-    def no_weight_decay(self) -> set[str]:
-        """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
-        return set()
-
-    def get_classifier(self) -> nn.Linear:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new fully-connected layer for num_classes, with nn.Linear's default initialisation
-        (as in `reset_parameters`)."""
-        W = self.fc.weight
-        self.fc = nn.Linear(self.num_features, num_classes, device=W.device, dtype=W.dtype)
 
     def forward_features(self, images: torch.Tensor, mask: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.layers import ClassifierMixin
 from papers.alexnet.model import LocalResponseNorm  # A-LRN takes AlexNet's LRN and its parameters (Section 2.1)
 
 
@@ -59,7 +60,7 @@ class ConvBlock(nn.Sequential):
         self.out_chans = chans
 
 
-class VGG(nn.Module):
+class VGG(ClassifierMixin, nn.Module):
     """A VGG ConvNet: blocks of small convolutions, each ending in max pooling, then FC-4096,
     FC-4096 and FC-classes (Table 1), dropout after the first two fully connected layers.
 
@@ -82,6 +83,8 @@ class VGG(nn.Module):
         in_chans: input channels.
         img_size: the image side H = W the head is built for (224: a 7x7 map after five poolings).
     """
+
+    classifier_name = "fc8"  # no_weight_decay, get_classifier, reset_classifier: common.layers.ClassifierMixin
 
     def __init__(
         self,
@@ -140,22 +143,13 @@ class VGG(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def no_weight_decay(self) -> set[str]:
-        """Nothing beyond the biases and batch-norm parameters that never get weight decay."""
-        return set()
-
-    def get_classifier(self) -> nn.Linear:
-        return self.fc8
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new last layer for num_classes, initialised as the flavor initialises it."""
-        W = self.fc8.weight
-        self.fc8 = nn.Linear(W.shape[1], num_classes, device=W.device, dtype=W.dtype)
+    def init_classifier(self, layer: nn.Linear) -> None:
+        """A new last layer (reset_classifier) starts as the flavor initialises it."""
         if self.init == "glorot":
-            nn.init.xavier_uniform_(self.fc8.weight)
+            nn.init.xavier_uniform_(layer.weight)
         else:
-            nn.init.normal_(self.fc8.weight, 0, 0.01)
-        nn.init.zeros_(self.fc8.bias)
+            nn.init.normal_(layer.weight, 0, 0.01)
+        nn.init.zeros_(layer.bias)
 
     def resize_position_embeddings(self, img_size: int | tuple[int, int]) -> None:
         """The trainer's hook for fine-tuning at another image size (common.pretrained); VGG has no

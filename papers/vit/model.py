@@ -17,6 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
+from common.layers import ClassifierMixin
+
 
 class MultiHeadSelfAttention(nn.Module):
     """MSA of Eq. 2: softmax(q k^T / sqrt(D_h)) v for every head, then a projection.
@@ -74,7 +76,7 @@ class EncoderBlock(nn.Module):
         return z
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(ClassifierMixin, nn.Module):
     """ViT classifier.
 
     Args:
@@ -90,6 +92,8 @@ class VisionTransformer(nn.Module):
         dropout: applied after every dense layer except the qkv projection, and after
             adding the position embeddings (Appendix B.1).
     """
+
+    classifier_name = "head"  # get_classifier, reset_classifier: common.layers.ClassifierMixin
 
     def __init__(
         self,
@@ -134,16 +138,11 @@ class VisionTransformer(nn.Module):
         """Embeddings that AdamW leaves without weight decay (norms and biases never get it)."""
         return {"x_class", "E_pos"}
 
-    def get_classifier(self) -> nn.Linear:
-        return self.head
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new head for fine-tuning: "we remove the pre-trained prediction head and attach a
+    def init_classifier(self, layer: nn.Linear) -> None:
+        """A new head for fine-tuning (reset_classifier): "we remove the pre-trained prediction head and attach a
         zero-initialized D x K feedforward layer, where K is the number of downstream classes" (Section 3.2)."""
-        W = self.head.weight
-        self.head = nn.Linear(W.shape[1], num_classes, device=W.device, dtype=W.dtype)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        nn.init.zeros_(layer.weight)
+        nn.init.zeros_(layer.bias)
 
     def resize_position_embeddings(self, img_size: int | tuple[int, int]) -> None:
         """Make another image size the learned one: E_pos interpolated to its patch grid once
