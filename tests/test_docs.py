@@ -263,6 +263,9 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         '- The trainer costs nothing measurable over a bare PyTorch loop (row a at\n  commit fbaa830, one process and 2-process DDP: 0.975 to 1.030, [What a step\n  costs]; before, in one process: 1.02 to 1.06, within the noise;',
     '- Compiled inference is 1.3x to 2.3x faster at batch 1 and 1.05x to 1.6x at batch 32 (row g).\n  Row g now also times onnxruntime; its run is in\n  [Export to ONNX and serve on a CPU].':
         '- Compiled inference is 1.4x to 2.3x faster at batch 1 and 1.1x to 1.5x at batch 32 (row g);\n  onnxruntime on the same 2 threads is 2.1x to 4.7x faster at batch 1, 1.7x (ResNet, LSTM) at\n  batch 32, and 8% slower for the tiny ViT at batch 32 (see also\n  [Export to ONNX and serve on a CPU]).',
+    # issue 44 part 5: the recurrent layers' mechanics and the classifier trio shared in common/layers.py
+    "common/layers.py   the layers several papers share: masked batch norm and pooling for padded batches":
+        "common/layers.py   the layers several papers share: masked norm and pooling, the classifier trio, RNN/LSTM/GRU mechanics",
     # a paper folder with a tool of its own builds PAPER in spec.py (issue 41: its --help without torch)
     "   [Fine-tuning]).\n3. **One line in `papers/__init__.py`**":
         "   [Fine-tuning]).\n   A folder with a command-line tool of its own (a claim script, `python -m\n   papers.<name>.claims.<tool>`) puts this in `papers/<name>/spec.py` instead,\n   and its `__init__.py` hands every name on from there when first asked for\n   (PEP 562; copy `papers/densenet/__init__.py`), so that the tool's `--help`\n   answers without importing the model and torch (`tests/test_startup.py`).\n3. **One line in `papers/__init__.py`**",
