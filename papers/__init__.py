@@ -209,6 +209,21 @@ def get_paper(name: str) -> PaperSpec:
     return _PAPERS[name]
 
 
+def spec_on_demand(package: str) -> Callable[[str], object]:
+    """A paper package's module `__getattr__` (PEP 562) that hands on every name of its spec.py, imported
+    when a name is first asked for: a package with a command-line tool of its own keeps its spec there,
+    so that `python -m papers.<name>.<tool> --help` answers without importing the model and torch."""
+
+    def __getattr__(name: str):
+        spec = importlib.import_module(f"{package}.spec")  # the model, and torch
+        try:
+            return getattr(spec, name)
+        except AttributeError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+    return __getattr__
+
+
 def register(spec: PaperSpec) -> PaperSpec:
     """Add a paper defined outside this registry (a test's, a user's own model); its name must be new."""
     if spec.name in _PAPERS or spec.name in PAPER_FOLDERS:

@@ -268,7 +268,7 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "common/layers.py   the layers several papers share: masked norm and pooling, the classifier trio, RNN/LSTM/GRU mechanics",
     # a paper folder with a tool of its own builds PAPER in spec.py (issue 41: its --help without torch)
     "   [Fine-tuning]).\n3. **One line in `papers/__init__.py`**":
-        "   [Fine-tuning]).\n   A folder with a command-line tool of its own (a claim script, `python -m\n   papers.<name>.claims.<tool>`) puts this in `papers/<name>/spec.py` instead,\n   and its `__init__.py` hands every name on from there when first asked for\n   (PEP 562; copy `papers/densenet/__init__.py`), so that the tool's `--help`\n   answers without importing the model and torch (`tests/test_startup.py`).\n3. **One line in `papers/__init__.py`**",
+        "   [Fine-tuning]).\n   A folder with a command-line tool of its own (a claim script, `python -m\n   papers.<name>.claims.<tool>`) puts this in `papers/<name>/spec.py` instead,\n   and its `__init__.py` hands every name on from there when first asked for\n   (`papers.spec_on_demand`; copy `papers/densenet/__init__.py`), so that the tool's `--help`\n   answers without importing the model and torch (`tests/test_startup.py`).\n3. **One line in `papers/__init__.py`**",
     # Fashion-MNIST as a checked benchmark (and MNIST): where the files come from, the checks, the default
     # augmentation (docs/datasets.md's section "MNIST and Fashion-MNIST")
     "| `mnist` | image 1x28x28 | classification | `DIR/MNIST/raw/` with the four uncompressed idx files (`train-images-idx3-ubyte`, ...) |":
