@@ -413,11 +413,9 @@ def markers(name: str) -> tuple[str, str]:
 
 
 def replace_block(content: str, text: str, name: str, where: str = "the file") -> str:
-    start, end = markers(name)
-    if content.count(start) != 1 or content.count(end) != 1 or content.index(start) > content.index(end):
-        raise ConfigError(f"{where} needs one '{start}' line and, after it, one '{end}' line")
-    head, rest = content.split(start, 1)
-    return f"{head}{start}\n{text.rstrip()}\n{end}{rest.split(end, 1)[1]}"
+    from common.leaderboard import replace_between  # (its module imports matplotlib where it draws, not here)
+
+    return replace_between(content, *markers(name), text, where)
 
 
 def stale(all_judged, root: Path = ROOT) -> list[str]:

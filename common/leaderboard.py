@@ -169,15 +169,18 @@ def markers(name: str | None = None) -> tuple[str, str]:
     return (START, END) if name is None else (f"<!-- leaderboard:{name}:start -->", f"<!-- leaderboard:{name}:end -->")
 
 
-def write_section(path: Path, text: str, name: str | None = None) -> None:
-    """Replace what stands between the (named) leaderboard markers of a file; the rest is kept byte for byte."""
-    start, end = markers(name)
-    content = path.read_text()
+def replace_between(content: str, start: str, end: str, text: str, where: object = "the file") -> str:
+    """`content` with what stands between its lines `start` and `end` replaced by `text`; the rest is kept
+    byte for byte. A ConfigError naming `where` unless each line is there once, in that order."""
     if content.count(start) != 1 or content.count(end) != 1 or content.index(start) > content.index(end):
-        raise ConfigError(f"{path} needs one '{start}' line and, after it, one '{end}' line")
+        raise ConfigError(f"{where} needs one '{start}' line and, after it, one '{end}' line")
     head, rest = content.split(start, 1)
-    _, tail = rest.split(end, 1)
-    path.write_text(f"{head}{start}\n{text.rstrip()}\n{end}{tail}")
+    return f"{head}{start}\n{text.rstrip()}\n{end}{rest.split(end, 1)[1]}"
+
+
+def write_section(path: Path, text: str, name: str | None = None) -> None:
+    """Replace what stands between the (named) leaderboard markers of a file."""
+    path.write_text(replace_between(path.read_text(), *markers(name), text, path))
 
 
 # ---------------------------------------------------------------- over seeds
