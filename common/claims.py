@@ -434,6 +434,30 @@ def written_verdict(text: str) -> str | None:
     return " ".join(match[1].split()) if match else None
 
 
+# ---------------------------------------------------------------- what a claim script writes
+
+
+UNRECORDED = "measured before claim scripts recorded their commit; see the file's git log"
+
+
+def provenance(run_ids, saved: dict | None = None) -> dict:
+    """What a file that a claim script writes records of its numbers: the commit they were measured at
+    (tracking.git_commit: "-dirty" when tracked files had uncommitted changes) and the ids of the runs
+    read. When only the summary is written again from the file's own numbers, `saved` is the file's
+    provenance: it is kept, with the commit of this writing beside it (`summarised_at`)."""
+    from common.tracking import git_commit
+
+    if saved is None:
+        return {"commit": git_commit(), "runs_read": sorted(run_ids)}
+    return saved | {"summarised_at": git_commit()}
+
+
+def saved_provenance(saved: dict, run_ids) -> dict:
+    """The provenance a claim file holds, or, for a file written before they recorded one, its run ids
+    and no commit."""
+    return saved.get("provenance") or {"commit": None, "note": UNRECORDED, "runs_read": sorted(run_ids)}
+
+
 # ---------------------------------------------------------------- the command
 
 

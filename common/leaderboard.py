@@ -32,7 +32,7 @@ from common import seeds
 from common.choices import BPE_VOCAB_SIZE
 from common.config import describe_kwargs
 from common.errors import ConfigError
-from common.tracking import find_result
+from common.tracking import find_result, short_commit
 
 # Nothing above imports torch, so that --help and a mistyped flag are answered at once; the task kinds
 # (common.tasks, with torch and torchmetrics) are imported where a ranking reads them.
@@ -135,7 +135,7 @@ def cells(position: int, r: dict) -> dict[str, str]:
         "samples/s": f"{r['samples_per_s']:,.0f}",
         "wall": f"{r['wall_s']:.0f} s",
         "date": r.get("finished_at", "")[:10],
-        "commit": (r.get("commit") or "")[:7],
+        "commit": short_commit(r),
         "run id": r["run_id"],
     }
 
@@ -234,7 +234,7 @@ def render_groups(grouped: dict[tuple[str, str], list[list[dict]]], fmt: str) ->
                          "n": str(s.n), "95% interval": interval, "params": f"{r['params']:,}",
                          "samples/s": f"{sum(x['samples_per_s'] for x in g) / len(g):,.0f}",
                          "wall": f"{sum(x['wall_s'] for x in g) / len(g):.0f} s",
-                         "commit": ", ".join(sorted({(x.get("commit") or "")[:7] for x in g}))})
+                         "commit": ", ".join(sorted({short_commit(x) for x in g}))})
         better = "higher" if higher_is_better(groups[0][0]) else "lower"
         title = f"{dataset} ({task}, {groups[0][0]['metric']}, {better} is better; mean ± std over seeds)"
         out.write(f"**{title}**\n\n" if fmt == "markdown" else f"{title}\n")

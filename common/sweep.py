@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import ConfigError
+from common.tracking import SWEEP_ENV, uncommitted_changes
 
 KEYS = {"name", "description", "program", "method", "metric", "parameters", "command", "run_cap", "project",
         "entity", "early_terminate"}
@@ -287,8 +288,9 @@ def prepare(job: Job) -> list[str] | None:
 class Runner:
     """Runs a sweep's jobs, `parallel` at a time, and says how far it is."""
 
-    def __init__(self, sweep: Sweep, jobs: list[Job], parallel: int, threads: int):
+    def __init__(self, sweep: Sweep, jobs: list[Job], parallel: int, threads: int, allow_dirty: bool = False):
         self.sweep, self.waiting, self.parallel, self.threads = sweep, list(jobs), parallel, threads
+        self.allow_dirty = allow_dirty  # recorded in each run's sweep tag
         self.running: list[Job] = []
         self.done, self.failed, self.durations, self.began = 0, [], [], time.monotonic()
 
@@ -303,14 +305,13 @@ class Runner:
                 f"{len(self.failed)} failed; {eta}]")
 
     def start(self, job: Job) -> None:
-        from common.tracking import SWEEP_ENV
-
         extra = prepare(job)
         if extra is None:
             self.done += 1
             print(f"{self.status()} {describe(job.params)}: its finished run's result added to the store", flush=True)
             return
-        tag = {"name": self.sweep.name, "key": job.key, "combination": job.params}
+        tag = {"name": self.sweep.name, "key": job.key, "combination": job.params,
+               **({"allow_dirty": True} if self.allow_dirty else {})}
         env = os.environ | {"OMP_NUM_THREADS": str(self.threads), SWEEP_ENV: json.dumps(tag)}
         log = (job.run_dir / LOG_NAME).open("a")
         job.proc = subprocess.Popen(job.argv + extra, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -380,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="combinations at a time, the cores divided between them (default 1)")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the runs go: RUNS_DIR/<sweep>/")
     p.add_argument("--dry-run", action="store_true", help="validate every combination and print its command")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a checkout whose tracked files have uncommitted changes (refused without it; "
+                        "recorded in every run's sweep tag)")
     return p
 
 
@@ -400,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(job.argv[2:] if job.argv[0] == "/usr/bin/env" else job.argv))
         print(f"sweep {sweep.name}: {len(jobs)} combinations, all valid")
         return 0
+    if (changed := uncommitted_changes()) and not args.allow_dirty:
+        print(f"sweep: error: {len(changed)} tracked file(s) with uncommitted changes ({changed[0].split()[-1]}"
+              f"{', ...' if len(changed) > 1 else ''}): a sweep's runs must record the code they ran, so commit "
+              f"first (or --allow-dirty, recorded in every run)", file=sys.stderr)
+        return 2
     done = set().union(*(stored_keys(Path(r), sweep.name) for r in {str(j.cfg.results_dir) for j in jobs}))
     todo = [job for job in jobs if job.key not in done]
     threads = max(1, cores() // (parallel * width))
@@ -407,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the command launches {width} processes a run (torchrun): one combination at a time", flush=True)
     print(f"sweep {sweep.name}: {len(jobs)} combinations, {len(jobs) - len(todo)} in the store already, "
           f"{len(todo)} to run, {parallel} at a time ({threads} thread(s) a process)", flush=True)
-    return Runner(sweep, todo, parallel, threads).run()
+    return Runner(sweep, todo, parallel, threads, args.allow_dirty).run()
 
 
 if __name__ == "__main__":

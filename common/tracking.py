@@ -162,16 +162,42 @@ class NullTracker(Tracker):
 # ---------------------------------------------------------------- what a result records
 
 
+def uncommitted_changes() -> list[str]:
+    """The tracked files of this checkout with uncommitted changes (`git status --porcelain` lines);
+    empty outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return status.stdout.splitlines()
+
+
 def git_commit() -> str | None:
     """The repo's commit, with "-dirty" when tracked files have uncommitted changes."""
     root = Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
-    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return commit.stdout.strip() + ("-dirty" if uncommitted_changes() else "")
+
+
+def provenance(commits: list[str | None], end: str | None) -> dict:
+    """What a result records of the code it ran: `commit` when it ended and `commit_at_start` when it
+    started (a "-dirty" suffix: tracked files had uncommitted changes), and where the run saw more than
+    one, `commits`: each in order (its start, each resume at another commit, its end)."""
+    ran_on = list(dict.fromkeys([*commits, end]))
+    return {"commit": end, "commit_at_start": commits[0], **({"commits": ran_on} if len(ran_on) > 1 else {})}
+
+
+def short_commit(result: dict) -> str:
+    """A result's commit in 7 characters, "*" after it when the tree was dirty, and "start..end" when the
+    run started at another commit than it ended at."""
+    short = lambda c: "" if not c else c[:7] + ("*" if c.endswith("-dirty") else "")
+    end, start = result.get("commit"), result.get("commit_at_start", result.get("commit"))
+    return short(end) if start == end else f"{short(start)}..{short(end)}"
 
 
 SWEEP_ENV = "PAPER_STUDY_SWEEP"  # set by common.sweep for each run it starts: {"name", "key", "combination"}
@@ -196,17 +222,24 @@ def sweep_tag() -> dict | None:
 
 
 def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        import torch
+    """The GPU's name, or the CPU's with its cores and vector instructions: "AVX2, no bf16" is a CPU whose
+    bf16 matrix products are emulated (tens of times slower than fp32), "+bf16" one with avx512_bf16 or
+    AMX, where autocast to bf16 can pay."""
+    import torch
 
+    if device.type == "cuda":
         return torch.cuda.get_device_name(device)
+    name, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    bf16 = "+bf16" if flags & {"avx512_bf16", "amx_bf16"} else ", no bf16" if flags else ""
+    return f"CPU: {name} ({os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}{bf16})"
 
 
 def command_line(argv: list[str]) -> str:

@@ -48,7 +48,7 @@ from common.profiling import WARMUP_STEPS, StepProfiler
 from common.tasks import get_task
 from common.throughput import Meter, peak_flops, training_flops
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
-                             resolve_mode, store_result, sweep_tag, write_json)
+                             provenance, resolve_mode, store_result, sweep_tag, write_json)
 from papers import get_paper
 
 # Per-step features that common.bench's row a switches off in turn, to time what each costs (a comma list
@@ -167,7 +167,8 @@ class Trainer:
         self.run_dir = Path(cfg.out) if cfg.out else parallel.broadcast_object(default_run_dir(cfg.paper))
         self.state = {"paper": cfg.paper, "flavor": cfg.flavor, "step": 0, "epoch": 0, "samples_in_epoch": 0,
                       "best": None, "history": [], "padding": [0, 0], "elements": 0, "data_wait_seconds": 0.0,
-                      "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None, "curves": {}}
+                      "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None, "curves": {},
+                      "commits": [git_commit()]}  # the commit it started at, then each one it resumed at
         self.last_saved, self.memory, self.graphs_after_first_step = 0, None, None
         self.stop = StopSignals(parse_time_limit(cfg.time_limit) if cfg.time_limit else None)
         self.step_seconds = self.save_seconds = 0.0  # recent ones, for --time-limit
@@ -710,6 +711,9 @@ class Trainer:
         self.scheduler.load_state_dict(self.state["scheduler"])
         self.scaler.load_state_dict(self.state["scaler"])
         self.last_saved = self.state["step"]
+        commits = self.state.setdefault("commits", [None])  # (None: saved before runs recorded it)
+        if commits[-1] != (now := git_commit()):
+            commits.append(now)
 
     # ------------------------------------------------------------ the end
 
@@ -768,7 +772,8 @@ class Trainer:
             "skipped_steps": state.get("skipped_steps", 0),
             "memory_per_rank": self.memory, "device_per_rank": self.devices,
             "wall_s": state["wall_seconds"] + time.perf_counter() - self.started,
-            "device": device_name(self.env.device), "torch": torch.__version__, "commit": git_commit(),
+            "device": device_name(self.env.device), "torch": torch.__version__,
+            **provenance(state.get("commits", [None]), git_commit()),
             "wandb_run_id": state["wandb_run_id"], "command": command_line(self.argv), "run_dir": str(self.run_dir),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "config": cfg.to_dict(),
             "sweep": sweep_tag(), "curves": state.get("curves", {}),

@@ -71,6 +71,23 @@ def test_one_process_resume_is_bitwise_equal(single_run, tmp_path, step):
     assert ids == {uninterrupted["wandb_run_id"]}, "the resumed run continues the same wandb run"
 
 
+def test_a_run_resumed_at_another_commit_records_each(single_run, tmp_path, monkeypatch):
+    """The commit it started at, the one it resumed and ended at ("-dirty": uncommitted changes), and the
+    leaderboard's short form of both."""
+    from common.tracking import short_commit
+
+    run = interrupted_copy(single_run, 5, tmp_path / "run")
+    later = "f" * 40 + "-dirty"
+    monkeypatch.setattr("common.trainer.git_commit", lambda: later)
+    assert main(["--resume", str(run)]) == 0
+    first = load_json(single_run / "result.json")
+    assert first["commit_at_start"] == first["commit"] and "commits" not in first
+    resumed = load_json(run / "result.json")
+    assert (resumed["commit_at_start"], resumed["commit"]) == (first["commit"], later)
+    assert resumed["commits"] == [first["commit"], later]
+    assert short_commit(resumed) == f"{short_commit(first)}..fffffff*"
+
+
 def test_resume_with_the_original_flags_repeated_is_bitwise_equal(single_run, tmp_path):
     """The command that started the run, with --resume added: the flags equal the saved ones, so it resumes."""
     run = interrupted_copy(single_run, 10, tmp_path / "run")

@@ -3,6 +3,8 @@
 with today's flags (a renamed flag, flavor or model switch fails here, not in a reader's 30-minute
 sweep), and every claim with a figure has its section in the paper's note and its line in README's list."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,19 @@ def test_densenets_parameter_fraction_is_read_off_its_curve(tmp_path):
     assert [round(q["params_ratio"], 3) for q in pairs] == [6.0, 6.0, 3.125]
     assert [round(q["difference"], 6) for q in pairs] == [-0.1, -0.1, -0.1] and pairs[0]["high"] < 0
     assert (tmp_path / "figure-3.png").stat().st_size > 10_000
+
+
+CLAIM_FILES = sorted(ROOT.glob("papers/*/claims/*.json"))
+
+
+@pytest.mark.parametrize("path", CLAIM_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_every_file_a_claim_script_wrote_says_which_runs_and_commit(path):
+    """Its `provenance`: the runs it read, each one in results/, and the commit its numbers were measured
+    at (none only for a file measured before the scripts recorded it, which says so)."""
+    written = json.loads(path.read_text())["provenance"]
+    stored = {json.loads(p.read_text())["run_id"] for p in (ROOT / "results").glob("*.json")}
+    assert written["runs_read"] and set(written["runs_read"]) <= stored, set(written["runs_read"]) - stored
+    if written["commit"] is None:
+        assert written["note"] == claims.UNRECORDED
+    else:
+        assert re.fullmatch(r"[0-9a-f]{40}", written["commit"]), written["commit"]

@@ -107,7 +107,7 @@ def test_a_sweep_killed_with_its_runs_and_started_again_runs_each_combination_on
     command again: 3 results, one per combination, grouped over seeds."""
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY.format(name="tiny"))
-    first = start(path, tmp_path, "--parallel", "2")
+    first = start(path, tmp_path, "--parallel", "2", "--allow-dirty")  # (a test may run on a changed tree)
     deadline = time.monotonic() + 240
     while not sweep_results(tmp_path / "results", "tiny") and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -116,7 +116,7 @@ def test_a_sweep_killed_with_its_runs_and_started_again_runs_each_combination_on
     killed_with = len(sweep_results(tmp_path / "results", "tiny"))
     assert 1 <= killed_with < 3
 
-    again = start(path, tmp_path, "--parallel", "2")
+    again = start(path, tmp_path, "--parallel", "2", "--allow-dirty")
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, out + err
     assert f"{killed_with} in the store already, {3 - killed_with} to run" in out
@@ -126,6 +126,7 @@ def test_a_sweep_killed_with_its_runs_and_started_again_runs_each_combination_on
     assert len({r["sweep"]["key"] for r in results}) == 3
     for r in results:
         assert r["sweep"]["combination"]["seed"] == r["config"]["seed"] and r["steps"] == 4
+        assert r["sweep"]["allow_dirty"] is True
         assert r["run_dir"] == f"runs/tiny/{r['run_id']}" and r["run_id"] == f"tiny-{r['sweep']['key']}"
 
     table = subprocess.run([sys.executable, "-m", "common.leaderboard", "--sweep", "tiny"], cwd=tmp_path,
@@ -140,7 +141,7 @@ def test_a_failing_combination_is_reported_and_the_rest_go_on(tmp_path):
     path = tmp_path / "fails.yaml"
     path.write_text("program: train.py\nparameters:\n  paper: {value: lenet}\n  max-steps: {value: 2}\n"
                     "  batch-size: {values: [4096, 32]}\n  wandb: {value: offline}\n")
-    proc = start(path, tmp_path, "--parallel", "2")
+    proc = start(path, tmp_path, "--parallel", "2", "--allow-dirty")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
     failed = [line for line in err.splitlines() if line.startswith("failed:")]
@@ -183,3 +184,17 @@ def test_a_bad_sweep_file_is_one_line_exit_2_and_starts_nothing(case, tmp_path, 
     assert len(err) == 1 and "Traceback" not in err[0], err
     assert all(w in err[0] for w in words), err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no run, no runs/, nothing run
+
+
+def test_a_sweep_on_a_tree_with_uncommitted_changes_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """Its runs would record a commit that is not the code they ran; --dry-run (no run) is still allowed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sweep, "uncommitted_changes", lambda: [" M common/trainer.py", " M README.md"])
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.format(name="tiny"))
+    assert sweep.main([str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert all(w in err[0] for w in ("2 tracked file(s)", "common/trainer.py", "commit", "--allow-dirty")), err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+    assert sweep.main([str(path), "--dry-run"]) == 0

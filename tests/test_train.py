@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of
 RESULT_FIELDS = {
     "paper", "flavor", "dataset", "metric", "final", "best", "params", "epochs", "steps", "batch_size",
     "strategy", "world_size", "precision", "compile", "samples_per_s", "wall_s", "device", "torch", "commit",
-    "wandb_run_id", "command",
+    "commit_at_start", "wandb_run_id", "command",
 }
 
 

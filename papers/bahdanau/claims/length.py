@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from common import seeds
+from common.claims import provenance, saved_provenance
 from common.errors import ConfigError
 from common.export import load_run
 from common.leaderboard import local_results, sweep_runs
@@ -131,6 +132,8 @@ def plot(rows: list[dict], record: dict, out: Path) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m papers.bahdanau.claims.length", description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="where the sweep's results are (their run_dir: the runs)")
+    p.add_argument("--summary-only", action="store_true",
+                   help="no evaluation: the table and figure again from length.json's numbers")
     return p
 
 
@@ -138,13 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from common.data.long_pairs import BIN
 
-    try:
-        record = measure(args.results_dir)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    run_ids = lambda record: [run["run_id"] for by_seed in record.values() for run in by_seed.values()]
+    if args.summary_only:  # the runs' numbers as the last full run wrote them
+        saved = json.loads((HERE / "length.json").read_text())
+        record = saved["runs"]
+        written = provenance(run_ids(record), saved_provenance(saved, run_ids(record)))
+    else:
+        try:
+            record = measure(args.results_dir)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        written = provenance(run_ids(record))
     rows = summary(record)
-    (HERE / "length.json").write_text(json.dumps({"sweep": SWEEP, "runs": record, "summary": rows}, indent=1) + "\n")
+    (HERE / "length.json").write_text(json.dumps({"provenance": written, "sweep": SWEEP, "runs": record,
+                                                  "summary": rows}, indent=1) + "\n")
     plot(rows, record, HERE / "length.png")
     papers = [p for p in PAPERS if p in record]
     print(f"| source words | {' | '.join(PAPERS[p] for p in papers)} | RNNsearch minus Encoder-Decoder |\n"

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from common import seeds
+from common.claims import provenance
 from common.leaderboard import local_results, sweep_runs
 
 HERE = Path(__file__).parent
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     record = measure(local_results(args.results_dir))
     result = summary(record)
     out = Path(args.out)
-    (out / "figure-3.json").write_text(json.dumps({"runs": record, **result}, indent=1) + "\n")
+    written = provenance(i for widths in record.values() for w in widths for i in w["run_ids"])
+    (out / "figure-3.json").write_text(json.dumps({"provenance": written, "runs": record, **result}, indent=1) + "\n")
     plot(record, out / "figure-3.png")
     print("| net | width | parameters | test accuracy (95% interval) |\n|---|---|---|---|")
     for w in result["widths"]:

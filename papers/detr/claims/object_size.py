@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from common import seeds
+from common.claims import provenance, saved_provenance
 from common.evaluate import evaluate_run
 from common.leaderboard import local_results, sweep_runs
 
@@ -110,16 +111,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_ids(record: dict) -> list[str]:
+    return [run["run_id"] for by_seed in record.values() for run in by_seed.values()]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.summary_only:  # the runs' numbers as the last full run wrote them
         saved = json.loads((HERE / "object-size.json").read_text())
         areas, record = tuple(saved["areas"]), saved["runs"]
+        written = provenance(run_ids(record), saved_provenance(saved, run_ids(record)))
     else:
         areas = thresholds()
         record = measure(args.results_dir, areas)
+        written = provenance(run_ids(record))
     rows = summary(record)
-    (HERE / "object-size.json").write_text(json.dumps({"areas": areas, "runs": record, "summary": rows}, indent=1) + "\n")
+    (HERE / "object-size.json").write_text(json.dumps({"provenance": written, "areas": areas, "runs": record,
+                                                       "summary": rows}, indent=1) + "\n")
     plot(rows, record, areas, HERE / "object-size.png")
     print(f"areas: small under {areas[0]:g} px², large over {areas[1]:g} px²")
     print("| AP | DETR tiny | Faster R-CNN tiny | DETR minus Faster R-CNN |\n|---|---|---|---|")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from common import seeds
+from common.claims import provenance, saved_provenance
 from common.evaluate import evaluate_run
 from common.leaderboard import local_results, sweep_runs
 
@@ -77,14 +78,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m papers.faster_rcnn.claims.proposals",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="where the sweep's results are (their run_dir: the runs)")
+    p.add_argument("--summary-only", action="store_true",
+                   help="no evaluation: the table and figure again from proposals.json's numbers")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    record = measure(args.results_dir)
+    if args.summary_only:  # the runs' numbers as the last full run wrote them
+        saved = json.loads((HERE / "proposals.json").read_text())
+        record = {k: saved[k] for k in ("sweep", "runs", "map")}
+        written = provenance(record["runs"].values(), saved_provenance(saved, record["runs"].values()))
+    else:
+        record = measure(args.results_dir)
+        written = provenance(record["runs"].values())
     rows = summary(record)
-    (HERE / "proposals.json").write_text(json.dumps(record | {"summary": rows}, indent=1) + "\n")
+    (HERE / "proposals.json").write_text(json.dumps({"provenance": written} | record | {"summary": rows},
+                                                    indent=1) + "\n")
     plot(rows, record, HERE / "proposals.png")
     print(f"| proposals | mAP | 95% interval | minus {DEFAULT} proposals (paired) |\n|---|---|---|---|")
     for r in rows:
