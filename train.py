@@ -69,6 +69,7 @@ def refuse(e: Exception) -> int:
 
 def configure_and_train(flags: dict, argv: list[str]) -> int:
     from common.config import resolve, resolve_rerun, resolve_resume, validate, world_size_from_env
+    from common.data import fetch
     from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
 
     is_main = os.environ.get("RANK", "0") == "0"
@@ -81,6 +82,7 @@ def configure_and_train(flags: dict, argv: list[str]) -> int:
         else:
             cfg = resolve_resume(flags) if resuming else resolve(flags)
         restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+        fetch(cfg)  # --download: the files first, which the checks then read
         validate(cfg, world_size=world_size_from_env(), resuming=resuming or restarted)
 
         from common.trainer import train

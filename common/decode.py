@@ -113,18 +113,23 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, max_len: in
         history = torch.cat([history.index_select(0, rows), chosen.view(-1, 1)], dim=1)
         state = _select(state, rows)
         tokens, scores = chosen.view(-1), new_scores
-    best = []
+    return _best(finished, scores, history, length_penalty, eos_id, pad_id)
+
+
+def _best(finished: list, scores: torch.Tensor, history: torch.Tensor, length_penalty: Callable[[int], float],
+          eos_id: int, pad_id: int) -> torch.Tensor:
+    """Each source's best finished hypothesis, its live ones (at max_len) counting as finished: (B, L) ids."""
+    (B, beam), best = scores.shape, []
     for b in range(B):
         candidates = list(finished[b])
-        for k in range(beam):  # at max_len the live hypotheses of a source not done count as finished
+        for k in range(beam):
             if scores[b, k] > float("-inf"):
                 sequence = history[b * beam + k].tolist()
                 candidates.append((scores[b, k].item() / length_penalty(len(sequence)), sequence))
         best.append(max(candidates, key=lambda c: c[0])[1] if candidates else [eos_id])
-    L = max(len(s) for s in best)
-    out = torch.full((B, L), pad_id, dtype=torch.long, device=device)
+    out = torch.full((B, max(len(s) for s in best)), pad_id, dtype=torch.long, device=scores.device)
     for b, sequence in enumerate(best):
-        out[b, :len(sequence)] = torch.tensor(sequence, device=device)
+        out[b, :len(sequence)] = torch.tensor(sequence, device=scores.device)
     return out
 
 

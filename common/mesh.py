@@ -106,3 +106,29 @@ def data_parallel_group(mesh: DeviceMesh | None, layout: Layout):
     if mesh is None or (layout.tp == 1 and layout.pp == 1):
         return None
     return mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group()
+
+
+def check(cfg, world_size: int, strategy: str, resuming: bool = False) -> None:
+    """The mesh's checks of a config (common.config.validate asks them): the layout fits the processes
+    launched under the strategy that will run (common.parallel.resolve_strategy), and the global batch
+    divides over the processes that read different data, the accumulation steps and a pipeline's
+    microbatches. `resuming`: a pipeline's run may resume in one process."""
+    from common.errors import ConfigError
+
+    if world_size > 1 or cfg.tp > 1 or cfg.pp > 1 or (cfg.dp_replicate or 1) > 1 or (cfg.dp_shard or 1) > 1:
+        try:
+            resolve(strategy, world_size, cfg.dp_replicate, cfg.dp_shard, cfg.tp, cfg.pp)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    if cfg.microbatches is not None and cfg.pp == 1 and not resuming:
+        raise ConfigError("--microbatches cuts each batch for a pipeline's stages; add --pp N")
+    readers = max(1, world_size // (cfg.tp * cfg.pp))  # the processes that read different data
+    microbatches = (cfg.microbatches or cfg.pp) if cfg.pp > 1 else 1
+    shards = readers * cfg.grad_accum * microbatches
+    if cfg.batch_size != "auto" and cfg.batch_size % shards:
+        below, above = cfg.batch_size // shards * shards, (cfg.batch_size // shards + 1) * shards
+        nearest = f"{below} or {above}" if below else f"{above}"
+        pieces = f" x {microbatches} microbatches" if cfg.pp > 1 else ""
+        raise ConfigError(f"batch size {cfg.batch_size} does not divide over {readers} process(es) x "
+                          f"{cfg.grad_accum} accumulation step(s){pieces}; use a multiple of {shards}, such as "
+                          f"{nearest}")

@@ -118,3 +118,17 @@ def schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: i
 def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
     return schedule(optimizer, total_steps, warmup_steps, "cosine")
+
+
+def check(cfg) -> None:
+    """The optimizer's checks of a config (common.config.validate asks them): a step schedule's milestones
+    and factors, and factors only with it."""
+    from common.errors import ConfigError
+
+    try:
+        if cfg.schedule == "step":
+            parse_gammas(cfg.gammas, len(parse_milestones(cfg.milestones)))
+        elif cfg.gammas is not None:
+            raise ValueError(f"--gammas goes with the step schedule, not {cfg.schedule}")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None

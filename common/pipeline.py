@@ -250,3 +250,30 @@ def _receive(src: int, device: torch.device) -> torch.Tensor:
     t = torch.empty(header[2:2 + ndim].tolist(), dtype=dtype, device=device)
     dist.recv(t, src)
     return t
+
+
+def check(spec, cfg, data, variable: bool, model) -> None:
+    """The pipeline's checks of a config (common.config.validate asks them, with --pp N): a paper whose
+    forward is a chain of its blocks, at least a block per stage, inputs of one size (stages exchange
+    activations of one shape), a task whose loss reads the outputs alone, no fp16."""
+    from common.errors import ConfigError
+    from common.tasks import TASKS, Task
+    from papers import get_paper, list_papers
+
+    if spec.pipeline is None:
+        having = ", ".join(name for name in sorted(list_papers()) if get_paper(name).pipeline)
+        raise ConfigError(f"--pp cuts a paper whose forward is a chain of its blocks into stages; {spec.name}'s is not "
+                          f"one (papers whose forward is: {having})")
+    stages = cfg.pp * STAGES_PER_RANK[cfg.pp_schedule]
+    blocks = len(model.get_submodule(spec.shard_blocks))
+    if blocks < stages:
+        raise ConfigError(f"--pp {cfg.pp} --pp-schedule {cfg.pp_schedule} cuts {stages} stages, but {spec.name} "
+                          f"{cfg.flavor} has {blocks} blocks ({spec.shard_blocks}); use fewer stages or a deeper "
+                          f"flavor")
+    if variable:
+        raise ConfigError(f"--pp sends activations of one shape between stages, but the {data.inputs}s of {data.name} "
+                          f"differ in size; use a fixed-size data set or --image-size N")
+    if TASKS[data.task].forward is not Task.forward:
+        raise ConfigError(f"--pp runs models that read their inputs alone; {data.task} models also read the targets")
+    if cfg.precision == "fp16":
+        raise ConfigError("--pp with fp16: the scaler's skipped steps are not agreed between stages; use bf16")

@@ -139,3 +139,37 @@ def fsdp_placement(param):
 def is_strided(t) -> bool:
     """A DTensor sharded with strides (a colwise-qkv weight), which DCP cannot save as shards."""
     return isinstance(t, DTensor) and any(isinstance(p, _StridedShard) for p in t.placements)
+
+
+def check(spec, cfg, model) -> None:
+    """Tensor parallelism's checks of a config (common.config.validate asks them, with --tp or
+    --sequence-parallel): a paper with a plan, every layer it splits divisible by --tp; with
+    --sequence-parallel, --tp and blocks whose norms sit at their sub-layers' inputs."""
+    from common.errors import ConfigError
+    from papers import get_paper, list_papers
+
+    tp = cfg.tp
+    if tp > 1:
+        if not spec.tp_plan:
+            having = ", ".join(name for name in sorted(list_papers()) if get_paper(name).tp_plan)
+            raise ConfigError(f"--tp splits the layers a paper's tp_plan names; {spec.name} has none (papers with "
+                              f"one: {having})")
+        for path, size in split_sizes(model, spec.shard_blocks, spec.tp_plan).items():
+            if size % tp:
+                raise ConfigError(f"--tp {tp}: {path} splits {size} units (heads x width, or hidden units), "
+                                  f"which do not divide by {tp}")
+    if cfg.sequence_parallel:
+        _check_sequence_parallel(spec, cfg, model)
+
+
+def _check_sequence_parallel(spec, cfg, model) -> None:
+    from common.errors import ConfigError
+
+    if cfg.tp < 2:
+        raise ConfigError("--sequence-parallel splits the positions between tensor-parallel ranks; add --tp N")
+    if "norm" not in spec.tp_plan.values():
+        raise ConfigError(f"--sequence-parallel splits the positions at a block's pre-norms; {spec.name}'s plan "
+                          f"names none (its blocks normalise after their sub-layers)")
+    if not all(getattr(block, "pre_norm", True) for block in model.get_submodule(spec.shard_blocks)):
+        raise ConfigError(f"--sequence-parallel splits the positions at a block's pre-norms; {spec.name} "
+                          f"{cfg.flavor}'s blocks normalise after their sub-layers (post-norm)")

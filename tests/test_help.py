@@ -51,3 +51,47 @@ def test_augment_names_each_data_sets_own_augmentation():
     for name, augment in own.items():
         assert f"{augment} for {name}" in help_of("--augment")
     assert "auto (default)" in help_of("--augment") and "none for the others" in help_of("--augment")
+
+
+# every flag train.py had when its parser was written by hand, before the sections generated it
+FLAGS = """--ac --augment --batch-size --beam --block-size --bucketing --ckpt-every --clip-grad --compile
+--compile-backend --compile-mode --data-dir --dataset --download --dp-replicate --dp-shard --epochs --flavor --gamma
+--gammas --grad-accum --hf-columns --hf-split --image-size --init --keep-ckpts --label-smoothing --length-penalty
+--list --log-every --lr --lr-scaling --max-steps --microbatches --milestones --model-kwargs --momentum --nesterov
+--nonfinite --nonfinite-patience --num-workers --optimizer --out --pad-multiple --paper --pp --pp-schedule
+--precision --profile --recipe --rerun --results-dir --resume --schedule --seed --seq-len --sequence-parallel
+--strategy --time-limit --tokenizer --tp --train-fraction --vocab-size --wandb --wandb-project --warmup-steps
+--weight-decay""".split()
+COMMANDS = {"--list", "--rerun", "--resume"}  # what to do, not config fields
+
+
+def test_every_flag_is_a_field_of_its_section_and_reads_its_default_back():
+    """The parser is generated from the sections: each flag keeps its name, sits in its section's group,
+    has its field's help, and reads the field's default (as text) back to the same value; the fields a
+    resumed run may change are the ones marked so in their metadata."""
+    import dataclasses
+
+    from common.config import RESUMABLE, TrainConfig
+    from common.sections import SECTIONS
+
+    parser = build_parser()
+    assert sorted(a.option_strings[0] for a in parser._actions if a.option_strings[0] != "-h") == sorted(FLAGS)
+    groups = {g.title: {a.dest for a in g._group_actions} for g in parser._action_groups}
+    for title, section in SECTIONS.items():
+        for f in dataclasses.fields(section):
+            if not f.metadata["flag"]:
+                continue
+            action = parser._option_string_actions["--" + f.name.replace("_", "-")]
+            assert action.dest in groups[title] and action.help == f.metadata["help"], f.name
+            factory = f.default_factory if f.default_factory is not dataclasses.MISSING else lambda: None
+            default = factory() if f.default is dataclasses.MISSING else f.default
+            if action.type is not None and default is not None and not action.nargs:
+                assert action.type(str(default)) == default, f.name
+            if action.choices is not None and default is not None:
+                assert default in action.choices, f.name
+    assert set(FLAGS) - COMMANDS == {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)
+                                     if f.metadata["flag"]}
+    assert RESUMABLE == {"strategy", "dp_replicate", "dp_shard", "tp", "sequence_parallel", "pp", "pp_schedule",
+                         "microbatches", "ac", "time_limit", "nonfinite", "nonfinite_patience", "wandb",
+                         "results_dir", "log_every", "num_workers", "ckpt_every", "keep_ckpts", "compile",
+                         "compile_mode", "compile_backend", "download", "profile"}

@@ -71,3 +71,16 @@ def test_no_function_of_the_trainer_is_longer_than_a_screen():
     assert {"train_step", "evaluate", "save", "resume", "finish"} <= set(lengths), "the Trainer's steps"
     too_long = {name: n for name, n in lengths.items() if n > LONGEST_TRAINER_FUNCTION}
     assert not too_long, f"longer than {LONGEST_TRAINER_FUNCTION} lines: {too_long}"
+
+
+def test_no_function_of_common_is_longer_than_a_screen_but_the_bench_rows():
+    """And validate a short sequence that asks each concern (the checks live beside their features)."""
+    lengths = {}
+    for path in sorted(COMMON.rglob("*.py")):
+        for f in ast.walk(ast.parse(path.read_text())):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lengths[f"{path.relative_to(ROOT)}:{f.name}"] = f.end_lineno - f.lineno + 1
+    assert lengths["common/config.py:validate"] < 30
+    bench_rows = lambda name: Path(name.split(":")[0]).name.startswith("bench")
+    too_long = {n: k for n, k in lengths.items() if k > LONGEST_TRAINER_FUNCTION and not bench_rows(n)}
+    assert not too_long, f"longer than {LONGEST_TRAINER_FUNCTION} lines: {too_long}"

@@ -11,6 +11,7 @@ Code outside the repository (a test, a user's own data) adds a data set with
 asked for (see common.data.hf).
 """
 
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -269,6 +270,20 @@ def get_dataset(name: str, hf_columns: str | None = None, data_dir: str | None =
 def dataset_for(cfg) -> DatasetSpec:
     """The data set a run's config names (an hf: one read for its --hf-columns, in its --data-dir cache)."""
     return get_dataset(cfg.dataset, cfg.hf_columns, cfg.data_dir)
+
+
+def fetch(cfg) -> None:
+    """--download: the data set's files fetched, or found where they are, before the config's checks read
+    them (train.py calls it before common.config.validate, which writes nothing); rank 0 says where."""
+    if not cfg.download:
+        return
+    try:
+        spec = get_dataset(cfg.dataset, cfg.hf_columns, cfg.data_dir, online=True)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    line = download(spec, cfg.data_dir)
+    if os.environ.get("RANK", "0") == "0":
+        print(line, flush=True)
 
 
 def download(spec: DatasetSpec, data_dir: str | None = None) -> str:
