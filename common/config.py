@@ -216,7 +216,6 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     optim.check(cfg)
     check_training(cfg, device_type)
     model = check_model(spec, cfg, data, facts, variable)
-    mesh.check(cfg, world_size, strategy_for(cfg, world_size), resuming)
     if cfg.tp > 1 or cfg.sequence_parallel:
         from common import tensor_parallel
 
@@ -225,6 +224,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
         from common import pipeline  # (imported with --pp only: torch.distributed.pipelining is slow to import)
 
         pipeline.check(spec, cfg, data, variable, model)
+    mesh.check(cfg, world_size, strategy_for(cfg, world_size), resuming)  # after what the paper refuses
     check_out(cfg, resuming)
 
 
