@@ -611,10 +611,12 @@ class Trainer:
 
     def log(self, row: dict) -> None:
         """A row of this step to wandb and metrics.jsonl (rank 0), and to the run's curves (every rank): the
-        training loss, the task's training metric and the evaluated metrics, which result.json keeps."""
+        training loss, the task's training metric, the evaluated metrics and the wall time at each evaluation,
+        which result.json keeps."""
         step, metric = self.state["step"], self.task.train_metric
         for key, value in row.items():
-            if key.startswith("eval/") or key in ("train/loss", f"train/{metric}", f"train/epoch_{metric}"):
+            if key.startswith("eval/") or key in ("train/loss", f"train/{metric}", f"train/epoch_{metric}",
+                                                  "time/wall_s"):
                 self.state.setdefault("curves", {}).setdefault(key, []).append([step, value])
         self.tracker.log(row, step=step)
 

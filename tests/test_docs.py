@@ -338,6 +338,8 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "--model-kwargs' KEY=VALUE items\n",
     "common/data/       datasets and the per-rank loaders\n": "common/data/       datasets and the per-rank loaders; "
         "data/checks.py: the data's checks of a config\n",
+    "the curves (training loss and accuracy, test metrics, by step)":
+        "the curves (training loss and accuracy, test metrics, the wall time at each test, by step)",
 }
 
 

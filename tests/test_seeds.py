@@ -178,3 +178,5 @@ def test_the_training_accuracy_is_of_every_rank_and_kept_in_the_result(tmp_path)
         assert curves["train/accuracy"] == [[2, pytest.approx(expected, abs=1e-12)]], name
         assert curves["train/epoch_accuracy"] == [[2, pytest.approx(expected, abs=1e-12)]], name
         assert [step for step, _ in curves["eval/accuracy"]] == [2] and len(curves["train/loss"]) == 1
+        (step, wall), = curves["time/wall_s"]  # the wall time at each evaluation: accuracy against time
+        assert step == 2 and 0 < wall <= load_json(tmp_path / name / "result.json")["wall_s"]
