@@ -113,6 +113,13 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, max_len: in
         history = torch.cat([history.index_select(0, rows), chosen.view(-1, 1)], dim=1)
         state = _select(state, rows)
         tokens, scores = chosen.view(-1), new_scores
+    return _best(finished, scores, history, length_penalty, eos_id, pad_id)
+
+
+def _best(finished: list, scores: torch.Tensor, history: torch.Tensor, length_penalty: Callable[[int], float],
+          eos_id: int, pad_id: int) -> torch.Tensor:
+    """Each source's best hypothesis, finished or (at max_len) still live, as (B, L) ids padded with pad_id."""
+    (B, beam), device = scores.shape, scores.device
     best = []
     for b in range(B):
         candidates = list(finished[b])

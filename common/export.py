@@ -402,18 +402,24 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(d for _, d in report)
     print(f"  largest {worst:.2e} <= {TOLERANCE:g}" if worst <= TOLERANCE else
           f"  largest {worst:.2e}, within {TOLERANCE:g} times the largest output")
-    if args.samples:
-        if preprocess is None:
-            print(f"--samples: {cfg.dataset} holds no images; none written", file=sys.stderr)
-        else:
-            try:
-                test_set = data.read(**options(cfg))[1]
-            except ConfigError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-            paths = write_samples(out.parent / "samples", test_set, preprocess, args.samples)
-            named = "index_labels.png, the labels of its boxes" if detection else "index_label.png"
-            print(f"  {len(paths)} test images in {out.parent / 'samples'}/ (named {named})")
+    return write_test_images(out, data, cfg, preprocess, args.samples, detection) if args.samples else 0
+
+
+def write_test_images(out: Path, data, cfg, preprocess, n: int, detection: bool) -> int:
+    """--samples N: N test images in samples/ beside the ONNX file; returns the exit code."""
+    from common.data import options
+
+    if preprocess is None:
+        print(f"--samples: {cfg.dataset} holds no images; none written", file=sys.stderr)
+        return 0
+    try:
+        test_set = data.read(**options(cfg))[1]
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    paths = write_samples(out.parent / "samples", test_set, preprocess, n)
+    named = "index_labels.png, the labels of its boxes" if detection else "index_label.png"
+    print(f"  {len(paths)} test images in {out.parent / 'samples'}/ (named {named})")
     return 0
 
 
