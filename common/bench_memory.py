@@ -7,11 +7,11 @@ run under torchrun (`python -m common.bench --rows h` launches one per layout).
         --pp 2 --pp-schedule gpipe --out h.json
 
 Each rank trains a few steps on random data of the model's kind (token ids, or images) at a global batch
-split between the data-parallel ranks (with --pp, through the stages in --microbatches pieces), with
-the trainer's own pieces (common.mesh, common.parallel, common.pipeline, common.activations,
-common.optim), and reports, per rank, the bytes of parameters, gradients, AdamW's
-state and the activations a forward keeps for backward, and the median seconds of the steps after the
-first.
+split between the data-parallel ranks (with --pp, through the stages in --microbatches pieces), made
+ready by the trainer's own `common.parallelize.parallelize` and stepped as the trainer steps it
+(common.step; AdamW from common.optim), and reports, per rank, the bytes of parameters, gradients,
+AdamW's state and the activations a forward keeps for backward, and the median seconds of the steps
+after the first.
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from common.choices import AC_MODES, PP_SCHEDULES
 
 # torch and the trainer's pieces are imported in the functions that use them: --help imports no torch
-if TYPE_CHECKING:
-    import torch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,55 +63,36 @@ def batch(model, args, n: int, seed: int):
     return images, torch.randint(0, model.get_classifier().out_features, (n,), generator=g)
 
 
-def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    import torch.nn.functional as F
-
-    return F.cross_entropy(logits.flatten(0, -2), targets.flatten())
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     import torch
 
-    from common import mesh, parallel, pipeline
-    from common.activations import SavedActivations, apply_checkpointing
+    from common import parallel
     from common.optim import build_optimizer
+    from common.parallelize import Options, lay_out, parallelize
+    from common.tasks import get_task
     from papers import get_paper
 
     env = parallel.setup()
     try:
-        strategy = parallel.resolve_strategy(args.strategy, env.world_size)
-        layout = mesh.resolve(strategy, env.world_size, args.dp_replicate, args.dp_shard, args.tp, args.pp)
-        device_mesh = mesh.build(layout, env.device.type) if layout.strategy not in ("ddp", "fsdp") else None
+        strategy, layout, device_mesh = lay_out(args, env)
         spec = get_paper(args.paper)
         torch.manual_seed(0)
         model = spec.build(args.flavor)
-        counter = SavedActivations(apply_checkpointing(model, spec.shard_blocks, args.ac))
+        task = get_task("language-modeling" if hasattr(model, "vocab_size") else "classification")
         inputs, targets = batch(model, args, args.batch // layout.dp, seed=layout.dp_rank(env.rank))
-        if layout.pp > 1:
-            stages = pipeline.stages_of(layout.pp_rank(env.rank), layout.pp, args.pp_schedule)
-            pipeline.split(model, spec.shard_blocks, spec.pipeline, stages,
-                           layout.pp * pipeline.STAGES_PER_RANK[args.pp_schedule])
-        model = parallel.parallelize(model, layout.strategy, env, shard_blocks=spec.shard_blocks,
-                                     tp_plan=spec.tp_plan, layout=layout, mesh=device_mesh)
-        pipe = (pipeline.Pipeline(model, spec.pipeline, layout, device_mesh, env.rank, env.device, args.pp_schedule,
-                                  args.microbatches or layout.pp, loss_of) if layout.pp > 1 else None)
-        optimizer = build_optimizer(parallel.unwrap(model), 1e-4, 0.0)
+        inputs, targets = inputs.to(env.device), targets.to(env.device)
+        # the Trainer's own path: stages, tensor parallel, --ac, the wrapping, and the step that runs on them
+        run = parallelize(model, spec, env, strategy, layout, device_mesh, Options.of(args), task)
+        optimizer = build_optimizer(parallel.unwrap(run.model), 1e-4, 0.0)
         seconds, memory = [], None
         for _ in range(args.steps):
             start = time.perf_counter()
-            with counter:
-                if pipe is None:
-                    loss = loss_of(model(inputs), targets)
-                else:  # forwards and backwards interleaved: the counter keeps their peak
-                    pipe.step(inputs, targets)
-            if pipe is None:
-                loss.backward()
-            else:
-                pipe.sync_shared_gradients()
+            run.forward_backward(inputs, targets, saved=run.saved)  # (a pipeline's interleaved: their peak)
+            run.sync_shared_gradients()
             optimizer.step()
             if memory is None:  # gradients and AdamW's state both exist now
-                memory = parallel.memory_per_rank(model, optimizer) | {"activations": counter.bytes}
+                memory = parallel.memory_per_rank(run.model, optimizer) | {"activations": run.saved.bytes}
             optimizer.zero_grad(set_to_none=True)
             seconds.append(time.perf_counter() - start)
         ranks = parallel.all_gather_object(memory | {"step_s": statistics.median(seconds[1:] or seconds)})

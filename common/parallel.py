@@ -1,8 +1,7 @@
-"""Processes, devices and model wrapping, in one place and one order.
+"""Processes and devices, and what every strategy shares once the model is wrapped: the strategy
+that runs, unwrapping, gradient sync and clipping over shards, the full state dict, and collectives.
 
-The order is fixed for every strategy: build the model, move it to the
-device, compile it (in place, so parameter names keep no `_orig_mod.`), then
-wrap it. The model code itself never sees any of this.
+The strategies (the wrapping itself is common.parallelize's, in one order for all of them):
 
     single  one process, one device
     dp      nn.DataParallel over every visible CUDA device, in one process
@@ -12,7 +11,7 @@ wrap it. The model code itself never sees any of this.
             processes (common.tensor_parallel); the ranks of a group read the same batches
     hsdp    FSDP2 on a 2-D mesh: replicated across --dp-replicate, sharded within --dp-shard
     pp      pipeline parallel (`--pp N`): each rank's model holds its stages' blocks
-            (common.pipeline, which cuts it before this wrapping)
+            (common.pipeline, which cuts it before the wrapping)
 
 and tensor or pipeline parallel beside data parallel (fsdp+tp, ddp+tp, hsdp+tp, fsdp+pp, ddp+pp):
 the layers split first, then FSDP2 over the data-parallel dimensions of the mesh (common.mesh);
@@ -94,65 +93,6 @@ def resolve_strategy(strategy: str, world_size: int, cuda_devices: int | None = 
     return strategy
 
 
-# The methods besides forward that run a model's parameters (common.decode's protocol): under fsdp they
-# gather the root's parameters as forward does. A sharded block is called by its forward inside them.
-DECODING_METHODS = ("encode", "decode_step")
-
-
-def parallelize(model: nn.Module, strategy: str, env: Env, compile: dict | None = None, shard_blocks: str | None = None,
-                precision: str = "fp32", tp_plan: dict[str, str] | None = None, layout=None, mesh=None,
-                sequence_parallel: bool = False) -> nn.Module:
-    """Move, split, compile, wrap: the one order every strategy follows.
-
-    Args:
-        strategy: single, dp, ddp, or a layout's strategy (common.mesh: fsdp, hsdp, tp, fsdp+tp, ...).
-        compile: torch.compile's arguments (mode, backend), or None for eager.
-        shard_blocks: the (dotted) attribute holding the model's repeated blocks (a ModuleList);
-            fsdp shards each of them as a unit, then the root; None: the root only.
-        precision: with fsdp and bf16, parameters are gathered in bf16 and gradients
-            reduced in fp32.
-        tp_plan, layout, mesh: with tensor parallelism (layout.tp > 1) the plan's layers of each block
-            are split over the mesh's tp dimension first; data parallelism beside it is FSDP2 over the
-            mesh's data-parallel dimensions; `sequence_parallel` splits the positions between the
-            split layers too.
-    """
-    model = model.to(env.device)
-    if layout is not None and layout.tp > 1:
-        from common import tensor_parallel
-
-        tensor_parallel.apply(model, shard_blocks, tp_plan, mesh["tp"], sequence_parallel)
-    if strategy in ("fsdp", "hsdp") or (layout is not None and max(layout.tp, layout.pp) > 1 and layout.dp > 1):
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
-
-        from common.mesh import data_parallel_mesh
-
-        dp_mesh = data_parallel_mesh(mesh, layout) if mesh is not None else None
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
-        placement = None
-        if layout is not None and layout.tp > 1:
-            from common.tensor_parallel import fsdp_placement as placement
-        for block in model.get_submodule(shard_blocks) if shard_blocks else ():
-            if not any(True for _ in block.parameters()):  # another pipeline stage's (common.pipeline)
-                continue
-            if compile is not None:
-                block.compile(**compile)
-            fully_shard(block, mesh=dp_mesh, mp_policy=mp, shard_placement_fn=placement)
-        if compile is not None and not shard_blocks:
-            model.compile(**compile)
-        model = fully_shard(model, mesh=dp_mesh, mp_policy=mp, shard_placement_fn=placement)
-        for method in DECODING_METHODS:  # a seq2seq model decodes through these, outside forward
-            if callable(getattr(model, method, None)):
-                register_fsdp_forward_method(model, method)
-        return model
-    if compile is not None:
-        model.compile(**compile)
-    if strategy == "dp":
-        return DataParallel(model)
-    if strategy == "ddp":
-        return DistributedDataParallel(model, device_ids=[env.device] if env.device.type == "cuda" else None)
-    return model
-
-
 def warn_fallback(requested: str, strategy: str) -> None:
     """One warning line when the strategy asked for cannot run here."""
     if requested in ("dp", "ddp", "fsdp") and strategy != requested:
@@ -172,7 +112,7 @@ def eval_module(model: nn.Module) -> nn.Module:
 
 def gradient_sync(model: nn.Module, enabled: bool):
     """Within a non-final accumulation micro-step the gradient reduction is skipped."""
-    fsdp = sys.modules.get("torch.distributed.fsdp")  # imported by parallelize where it shards a model
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # imported by common.parallelize where it shards a model
     if fsdp is not None and isinstance(model, fsdp.FSDPModule):
         model.set_requires_gradient_sync(enabled)
         return contextlib.nullcontext()

@@ -147,8 +147,8 @@ class Evaluation:
 
 @dataclass
 class Parallelism:
-    """applied in common/parallel.py in one order: tensor parallel, activation checkpointing, compile, then the
-    data-parallel wrapping"""
+    """applied in common/parallelize.py in one order: the pipeline's split, tensor parallel, activation
+    checkpointing, compile, then the data-parallel wrapping"""
     strategy: str = opt("auto", "auto: ddp under torchrun with >1 process, else single", choices=STRATEGIES,
                         resumable=True)
     dp_replicate: int | None = opt(None, "data parallel: copies of the model that average their gradients (with "

@@ -2,7 +2,7 @@
 
 `train(cfg)` runs a `Trainer`, whose methods are the steps of a run:
 
-    build_model, build_data, build_optimizer, build_tracker   what the run needs
+    build_model, build_data, parallelize, build_optimizer, build_tracker   what the run needs
     train_step        one optimizer step: micro-steps, accumulation, clipping, scaler
     evaluate          the task's metrics on the test split, over all ranks
     save, resume      DCP checkpoints of every rank
@@ -33,18 +33,18 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from common import mesh, parallel
-from common.activations import SavedActivations, apply_checkpointing
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, dataset_for, eval_loader, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
-from common.mesh import Layout
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
+from common.parallelize import Options, lay_out, parallelize
 from common.preemption import EXIT_PREEMPTED, REASONS, STOPPED, Preempted, StopSignals, parse_time_limit
 from common.pretrained import build_model, is_run, load_from_run, reference_model
 from common.profiling import WARMUP_STEPS, StepProfiler
+from common.step import autocast, forward_loss
 from common.tasks import get_task
 from common.throughput import Meter, peak_flops, training_flops
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
@@ -83,11 +83,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     from common import checkpoint
 
     return checkpoint.latest(run_dir)
-
-
-def autocast(precision: str, device: torch.device):
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
 def unpadded(inputs):
@@ -146,19 +141,10 @@ class Trainer:
         self.spec, self.data = get_paper(cfg.paper).for_flavor(cfg.flavor), dataset_for(cfg)
         # --augment auto: the data set's own, written into config.json as what the run did
         self.cfg = cfg = dataclasses.replace(cfg, augment=self.data.training_augment(cfg.augment))
-        self.strategy = parallel.resolve_strategy(cfg.strategy, env.world_size)
-        if env.is_main:
-            parallel.warn_fallback(cfg.strategy, self.strategy)
-        self.layout, self.mesh, self.dp_group = Layout(), None, None
-        if env.world_size > 1:  # the processes as a mesh (common.mesh); ddp and fsdp are its common layouts
-            self.layout = mesh.resolve(self.strategy, env.world_size, cfg.dp_replicate, cfg.dp_shard, cfg.tp, cfg.pp)
-            self.strategy = self.layout.strategy
-            if self.strategy not in ("ddp", "fsdp"):  # those two need no mesh but the whole group
-                self.mesh = mesh.build(self.layout, env.device.type)
-                self.dp_group = mesh.data_parallel_group(self.mesh, self.layout)
+        # the processes as a mesh (common.mesh; ddp and fsdp are its common layouts, and need none)
+        self.strategy, self.layout, self.mesh = lay_out(cfg, env)
+        self.dp_group = mesh.data_parallel_group(self.mesh, self.layout)  # None: every process's
         self.dp_rank, self.dp_size = self.layout.dp_rank(env.rank), self.layout.dp  # the ranks reading different data
-        self.pipeline = None  # with --pp: this rank's stages and their schedule (common.pipeline)
-        self.microbatches = (cfg.microbatches or cfg.pp) if self.layout.pp > 1 else 1
         self.facts = self.data.facts(**options(cfg))
         decoding = dict(beam=cfg.beam, length_penalty=cfg.length_penalty) if self.data.task == "seq2seq" else {}
         self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding)
@@ -170,6 +156,7 @@ class Trainer:
                       "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None, "curves": {},
                       "commits": [git_commit()]}  # the commit it started at, then each one it resumed at
         self.last_saved, self.memory, self.graphs_after_first_step = 0, None, None
+        self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
         self.stop = StopSignals(parse_time_limit(cfg.time_limit) if cfg.time_limit else None)
         self.step_seconds = self.save_seconds = 0.0  # recent ones, for --time-limit
         self.stop_reason = ""  # what the ranks agreed ends the run after this step (see agree)
@@ -217,12 +204,7 @@ class Trainer:
     def forward_loss(self, model, inputs, targets, counts: torch.Tensor | None = None) -> torch.Tensor:
         """The training loss of a batch; with `counts`, also adds the batch's (hits, samples) of the
         task's training metric to it."""
-        with autocast(self.cfg.precision, self.env.device):
-            outputs = self.task.forward(model, inputs, targets)
-            loss = self.task.loss(outputs, targets)
-        if counts is not None:
-            counts += self.task.train_counts(outputs, targets)
-        return loss
+        return forward_loss(self.task, model, inputs, targets, self.cfg.precision, self.env.device, counts)
 
     def build_data(self) -> None:
         """The data sets, the global and per-device batch, the loaders, the run's length, and the
@@ -305,28 +287,18 @@ class Trainer:
         self.flops_per_sample = flops / self.micro_batch
         self.peak, self.peak_source = peak_flops(self.env.device, self.cfg.precision)
 
-    def build_optimizer(self) -> None:
-        """Move, compile and wrap the model (common.parallel's one order); the optimizer, its schedule, the scaler."""
-        cfg = self.cfg
-        compile_args = dict(mode=cfg.compile_mode, backend=cfg.compile_backend) if cfg.compile else None
-        self.saved = SavedActivations(apply_checkpointing(self.model, self.spec.shard_blocks, cfg.ac))
-        self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
-        layout = self.layout
-        if layout.pp > 1:  # this rank's stages only; each keeps its parameters' names
-            from common import pipeline  # (imported with --pp only: torch.distributed.pipelining is slow to import)
+    def parallelize(self) -> None:
+        """This rank's model made ready for the strategy, in common.parallelize's one order (pipeline stages,
+        tensor parallel, activation checkpointing, compile, data-parallel wrapping); self.parallelized is how
+        a step then runs on it (common.step: whole on every rank, or through the pipeline's stages)."""
+        self.parallelized = parallelize(self.model, self.spec, self.env, self.strategy, self.layout, self.mesh,
+                                        Options.of(self.cfg), self.task)
+        self.model, self.eval_model = self.parallelized.model, self.parallelized.eval_model
+        self.saved = self.parallelized.saved  # counts the bytes a forward keeps for backward
 
-            stages = pipeline.stages_of(layout.pp_rank(self.env.rank), layout.pp, cfg.pp_schedule)
-            pipeline.split(self.model, self.spec.shard_blocks, self.spec.pipeline, stages,
-                           layout.pp * pipeline.STAGES_PER_RANK[cfg.pp_schedule])
-        self.model = parallel.parallelize(self.model, self.strategy, self.env, compile=compile_args,
-                                          shard_blocks=self.spec.shard_blocks, precision=cfg.precision,
-                                          tp_plan=self.spec.tp_plan, layout=self.layout, mesh=self.mesh,
-                                          sequence_parallel=cfg.sequence_parallel)
-        self.eval_model = parallel.eval_module(self.model)
-        if layout.pp > 1:
-            self.pipeline = pipeline.Pipeline(self.model, self.spec.pipeline, layout, self.mesh, self.env.rank,
-                                              self.env.device, cfg.pp_schedule, self.microbatches, self.task.loss,
-                                              cfg.grad_accum)
+    def build_optimizer(self) -> None:
+        """The optimizer, its schedule, the (fp16) scaler."""
+        cfg = self.cfg
         self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr_in_use, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)
         self.scheduler = schedule(self.optimizer, self.total_steps, cfg.warmup_in_use, cfg.schedule, cfg.milestones,
@@ -368,6 +340,7 @@ class Trainer:
         resume_from = parallel.broadcast_object(latest_checkpoint(self.run_dir) if self.resuming else None)
         if self.cfg.init and resume_from is None:
             self.load_pretrained()
+        self.parallelize()
         self.build_optimizer()
         if resume_from is not None:
             self.resume(resume_from)  # raises CheckpointError before anything is written
@@ -488,15 +461,10 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
             return loss
-        if self.pipeline is not None:
-            self.pipeline.sync_shared_gradients()
+        self.parallelized.sync_shared_gradients()  # (a weight that two pipeline stages hold)
         if cfg.clip_grad > 0:
             self.scaler.unscale_(self.optimizer)
-            if self.pipeline is None:
-                parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad, total_norm=norm)
-            else:  # the norm of every stage's gradients
-                parallel.clip_grad_norm_(self.model.parameters(), cfg.clip_grad, self.pipeline.counted_parameters(),
-                                         self.pipeline.group)
+            self.parallelized.clip_grad_norm_(cfg.clip_grad, norm)  # the norm of the whole model's gradients
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if self.memory is None:  # gradients and optimizer state both exist now
@@ -510,8 +478,7 @@ class Trainer:
     def replicated(self) -> bool:
         """Whether every rank holds the whole model and, after the step's all-reduce, the same gradients
         (one process, dp, ddp; not with fp16's scaler, whose skipped steps have infinite gradients)."""
-        return (self.strategy in ("single", "dp", "ddp") and self.pipeline is None
-                and self.cfg.precision != "fp16")
+        return self.parallelized.replicated
 
     def counts_activations(self) -> bool:
         """Whether this step counts the bytes its forwards keep for backward (saved-tensor hooks, a
@@ -528,18 +495,7 @@ class Trainer:
         batch's (hits, samples) of the training metric to `counts`; `counted`: the saved activations'
         bytes are counted (self.saved)."""
         saved = self.saved if counted else contextlib.nullcontext()
-        if self.pipeline is None:
-            with saved:
-                loss = self.forward_loss(self.model, inputs, targets, counts) / self.cfg.grad_accum
-            if self.replicated:  # a non-finite loss makes every gradient NaN, which the all-reduce gives every rank
-                loss = loss * torch.where(torch.isfinite(loss), 1.0, math.nan)
-            self.scaler.scale(loss).backward()
-            return loss.detach()
-        with saved, autocast(self.cfg.precision, self.env.device):
-            outputs, loss = self.pipeline.step(inputs, targets)
-        if counts is not None and outputs is not None:
-            counts += self.task.train_counts(outputs, targets)
-        return loss
+        return self.parallelized.forward_backward(inputs, targets, counts, saved, self.scaler.scale)
 
     def agree(self, loss: torch.Tensor, norm: torch.Tensor | None = None) -> bool:
         """What every rank must decide alike at a step: whether its loss is finite on every rank, and
@@ -678,15 +634,11 @@ class Trainer:
             first = first if first is not None else batch
             inputs, targets = to_device(batch if batch is not None else first, device)
             with autocast(self.cfg.precision, device):
-                outputs = (self.task.forward(model, inputs, targets) if self.pipeline is None
-                           else self.pipeline.forward(inputs))  # None before the last stage
+                outputs = self.parallelized.forward(inputs, targets)  # None before a pipeline's last stage
             if batch is not None and outputs is not None:
                 self.task.update(metrics, outputs, targets)
         model.train()
-        if self.pipeline is None:
-            return self.task.compute(metrics)
-        scores = self.task.compute(metrics) if self.pipeline.is_last else None
-        return parallel.broadcast_object(scores, src=self.pipeline.last_rank())
+        return self.parallelized.scores(metrics)
 
     # ------------------------------------------------------------ checkpoints
 
@@ -722,8 +674,7 @@ class Trainer:
     def finish(self) -> dict:
         """The final weights (model.safetensors), result.json, the results store and the wandb summary."""
         # every rank takes part in gathering fsdp shards (and, with --pp, every stage's weights)
-        weights = (parallel.full_state_dict(self.model) if self.pipeline is None
-                   else self.pipeline.full_state_dict(self.env.rank))
+        weights = self.parallelized.full_state_dict()
         self.memory = parallel.all_gather_object(self.memory)
         self.devices = parallel.all_gather_object(self.monitor.summary())
         result = self.result()

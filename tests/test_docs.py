@@ -269,6 +269,13 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     # issue 44 part 5: the recurrent layers' mechanics and the classifier trio shared in common/layers.py
     "common/layers.py   the layers several papers share: masked batch norm and pooling for padded batches":
         "common/layers.py   the layers several papers share: masked norm and pooling, the classifier trio, RNN/LSTM/GRU mechanics",
+    # the wrapping in one parallelize function of small steps, in common/parallelize.py, for the Trainer and the
+    # memory bench; how a step runs on the parallelized model in common/step.py
+    "One trainer, one order in `common/parallel.py`:": "One trainer, one order in `common/parallelize.py`:",
+    "common/parallel.py process group, device, move / split / compile / wrap in one order":
+        "common/parallel.py process group, device, the strategy that runs, gradient sync and clipping over shards\n"
+        "common/parallelize.py the one parallelization path: stages, tp, ac, compile, FSDP2 / DDP, in one order\n"
+        "common/step.py     how a step runs on the parallelized model: whole on every rank, or through pipeline stages",
     # a paper folder with a tool of its own builds PAPER in spec.py (issue 41: its --help without torch)
     "   [Fine-tuning]).\n3. **One line in `papers/__init__.py`**":
         "   [Fine-tuning]).\n   A folder with a command-line tool of its own (a claim script, `python -m\n   papers.<name>.claims.<tool>`) puts this in `papers/<name>/spec.py` instead,\n   and its `__init__.py` hands every name on from there when first asked for\n   (`papers.spec_on_demand`; copy `papers/densenet/__init__.py`), so that the tool's `--help`\n   answers without importing the model and torch (`tests/test_startup.py`).\n3. **One line in `papers/__init__.py`**",
