@@ -185,11 +185,14 @@ def git_commit() -> str | None:
 
 
 def provenance(commits: list[str | None], end: str | None) -> dict:
-    """What a result records of the code it ran: `commit` when it ended and `commit_at_start` when it
-    started (a "-dirty" suffix: tracked files had uncommitted changes), and where the run saw more than
-    one, `commits`: each in order (its start, each resume at another commit, its end)."""
-    ran_on = list(dict.fromkeys([*commits, end]))
-    return {"commit": end, "commit_at_start": commits[0], **({"commits": ran_on} if len(ran_on) > 1 else {})}
+    """What a result records of the code it ran: `commit`, the one its last process started at (Python
+    reads the code then: a checkout changed under a running process does not change what it runs), and
+    `commit_at_start`, the run's first ("-dirty": tracked files had uncommitted changes). Where the run
+    resumed at other commits, `commits`: each in order. Where the checkout moved on while the last process
+    ran, `checkout_at_end`: the commit it was at when the run finished."""
+    ran_on = list(dict.fromkeys(commits))
+    return {"commit": commits[-1], "commit_at_start": commits[0], **({"commits": ran_on} if len(ran_on) > 1 else {}),
+            **({"checkout_at_end": end} if end != commits[-1] else {})}
 
 
 def short_commit(result: dict) -> str:

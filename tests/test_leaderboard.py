@@ -223,3 +223,15 @@ def test_the_committed_results_are_real_runs_of_clean_commits():
         sweep = (result.get("sweep") or {}).get("name")
         run_dir = f"runs/{sweep}/{result['run_id']}" if sweep else f"runs/{result['run_id']}"  # a sweep's runs
         assert result["run_dir"] == run_dir and name == f"results/{result['run_id']}.json", name
+
+
+def test_a_result_records_the_code_its_processes_started_at():
+    """The commit a process started at is the code it ran (Python read it then); a checkout that moved on
+    under it is said apart, and a resume at another commit is listed."""
+    from common.tracking import provenance, short_commit
+
+    assert provenance(["a" * 40], "a" * 40) == {"commit": "a" * 40, "commit_at_start": "a" * 40}
+    moved = provenance(["a" * 40, "b" * 40 + "-dirty"], "c" * 40)
+    assert moved == {"commit": "b" * 40 + "-dirty", "commit_at_start": "a" * 40, "commits": ["a" * 40, "b" * 40 + "-dirty"],
+                     "checkout_at_end": "c" * 40}
+    assert short_commit(moved) == "aaaaaaa..bbbbbbb*"
