@@ -220,7 +220,7 @@ OLD_README = "ed608b7"  # the last commit whose README held everything
 EDITS = {  # what moving it changed, besides link targets and heading levels
     # provenance: the sweep refuses uncommitted changes; a result records its commits at start and end
     "validates and prints the\n  command lines.": "validates and prints the\n  command lines;\n- refuses, in one line and with exit code 2, to start on a checkout whose\n  tracked files have uncommitted changes: a run records the commit it ran,\n  and a result of code that no commit holds cannot be rerun. `--allow-dirty`\n  runs anyway and records `\"allow_dirty\": true` in each run's sweep tag\n  (the runs' commit then ends in `-dirty`, and the leaderboard marks it `*`).",
-    "torch, git commit, wandb run id, the command line,": "torch, git commit at its end and at its start\n                     (and each commit it resumed at, if others; \"-dirty\": uncommitted changes),\n                     wandb run id, the command line,",
+    "torch, git commit, wandb run id, the command line,": "torch, git commit its code came from (its last start's) and\n                     its first start's (each it resumed at, if others; \"-dirty\": uncommitted changes),\n                     wandb run id, the command line,",
     "--write README.md": "--write docs/leaderboard.md",
     "the leaderboard below shows its best seed": "the [leaderboard] shows its best seed",
     "first command reached": "first command of the [Quick start] reached",
