@@ -54,10 +54,9 @@ def measure(paper: str, target: float) -> list[dict]:
     rows = []
     for batch in sizes:
         result, evaluations = run(["--paper", paper, "--batch-size", str(batch)])
-        config = result["config"]
         rows.append(dict(paper=paper, dataset=result["dataset"], batch=batch, auto=batch == auto["batch_size"],
-                         steps_per_epoch=result["steps"] // result["epochs"], lr=config["lr_in_use"],
-                         warmup=config["warmup_in_use"], samples_per_s=result["samples_per_s"],
+                         steps_per_epoch=result["steps"] // result["epochs"], lr=result["lr"],
+                         warmup=result["warmup_steps"], samples_per_s=result["samples_per_s"],
                          metric=result["metric"], final=result["final"], wall_s=result["wall_s"],
                          to_target=time_to(evaluations, result["metric"], target, result["higher_is_better"])))
     return rows

@@ -3,8 +3,9 @@ by any strategy and world size.
 
 `<run>/checkpoints/step_<N>/` holds
 
-    trainer.json      step, epoch, sampler position, scheduler, scaler, metrics so far,
-                      wandb run id, and the optimizer's plain values (lr, betas, ...)
+    trainer.json      the Trainer's TrainState (common.train_state: step, epoch, sampler
+                      position, metrics so far, scheduler, scaler, lr and warmup in use, wandb
+                      run id, ...), and the optimizer's plain values (lr, betas, ...)
     __<rank>_0.distcp tensors only: model, optimizer state, every rank's RNG state
     .metadata         written last by DCP: a checkpoint without it is incomplete
 
@@ -109,7 +110,8 @@ def _rng_state(env: Env) -> dict[str, torch.Tensor]:
 
 def save(run_dir: Path, step: int, model, optimizer, trainer_state: dict, env: Env, keep: int) -> Path:
     """Write one checkpoint (every rank its shard), then, once it is complete, prune old ones (keeping
-    the best: trainer_state's `best_step`). Every rank must call it."""
+    the best: trainer_state's `best_step`); trainer_state: a TrainState's state_dict(). Every rank must
+    call it."""
     path = checkpoint_dir(run_dir, step)
     tensors, values, _ = _split(model, optimizer)
     if env.is_main:
@@ -167,7 +169,8 @@ def read_trainer_state(path: Path) -> dict:
 
 
 def load(path: Path, model, optimizer, env: Env, paper: str, flavor: str) -> dict:
-    """Load a checkpoint into the (wrapped) model and optimizer; returns its trainer state.
+    """Load a checkpoint into the (wrapped) model and optimizer; returns its trainer.json (for
+    TrainState.load_state_dict).
 
     Raises CheckpointError, before anything is changed on disk, when the checkpoint is
     corrupted or holds another paper, flavor or shape of model.

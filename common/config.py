@@ -29,6 +29,10 @@ from common.sections import (SECTIONS, Checkpoints, Data, Evaluation, Model, Opt
 # Nothing above imports torch: --help and a mistyped flag are answered at once (docs/performance.md).
 # What checks a value by building something (validate) imports it there.
 
+# keys of older runs' config.json that are no longer config: run-time values, now in the training state
+# (common.train_state: lr, warmup_steps) and result.json; dropped when such a config is read
+LEGACY = {"lr_in_use", "warmup_in_use"}
+
 
 @dataclass
 class TrainConfig(Tracking, Checkpoints, Parallelism, Evaluation, Optimization, Training, Data, Model, Run):
@@ -37,7 +41,9 @@ class TrainConfig(Tracking, Checkpoints, Parallelism, Evaluation, Optimization, 
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainConfig":
-        """A config from a dict (config.json, or code); unknown keys and wrong types are errors."""
+        """A config from a dict (config.json, or code); unknown keys and wrong types are errors. LEGACY keys,
+        which older runs' config.json holds, are dropped."""
+        values = {k: v for k, v in values.items() if k not in LEGACY}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:

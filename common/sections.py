@@ -133,9 +133,6 @@ class Optimization:
     milestones: str | None = opt(None, "step schedule: fractions of the run where lr is multiplied by gamma")
     gamma: float = opt(0.1, "step: the factor at each milestone; exponential: per epoch", parse=positive_float)
     gammas: str | None = opt(None, "step: one factor per milestone, e.g. 0.4,0.5 (instead of one gamma)")
-    lr_in_use: float | None = opt(None, "set by the trainer: lr after --lr-scaling (recomputed on resume)", flag=False)
-    warmup_in_use: int | None = opt(None, "set by the trainer: warmup_steps, or Goyal et al.'s 5 epochs if longer",
-                                    flag=False)
 
 
 @dataclass

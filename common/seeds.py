@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-# config keys that say how a run ran or where it wrote, not what it computed
+# config keys that say how a run ran or where it wrote, not what it computed (lr_in_use and warmup_in_use:
+# run-time values that older runs' configs hold)
 RUN_ONLY = {"seed", "out", "results_dir", "wandb", "wandb_project", "log_every", "num_workers", "ckpt_every",
             "keep_ckpts", "profile", "download", "strategy", "compile", "compile_mode", "compile_backend",
             "lr_in_use", "warmup_in_use"}

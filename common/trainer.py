@@ -47,6 +47,7 @@ from common.profiling import WARMUP_STEPS, StepProfiler
 from common.step import autocast, forward_loss
 from common.tasks import get_task
 from common.throughput import Meter, peak_flops, training_flops
+from common.train_state import TrainState
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
                              provenance, resolve_mode, store_result, sweep_tag, write_json)
 from papers import get_paper
@@ -148,13 +149,24 @@ class Trainer:
         self.facts = self.data.facts(**options(cfg))
         decoding = dict(beam=cfg.beam, length_penalty=cfg.length_penalty) if self.data.task == "seq2seq" else {}
         self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding)
+        # what the run remembers across a resume (saved as each checkpoint's trainer.json)
+        self.state = TrainState(cfg.paper, cfg.flavor, commits=[git_commit()])  # the commit it started at
+        # built by the methods named, called from here (build_model, build_data) or from fit
+        self.model = self.n_params = None  # build_model
+        self.train_set = self.test_set = self.collate = self.loader = self.test_loader = None  # build_data
+        self.auto_batch, self.micro_batch, self.steps_per_epoch, self.total_steps = False, 0, 0, 0  # build_data
+        self.epochs = self.ckpt_every = 0  # build_data
+        self.flops_per_element = self.flops_per_sample = self.peak = self.peak_source = None  # measure_flops
+        self.parallelized = self.eval_model = self.saved = None  # parallelize
+        self.optimizer = self.scheduler = self.scaler = None  # build_optimizer
+        self.tracker = None  # build_tracker
+        self.meter = self.monitor = self.profiler = self.progress = None  # fit
+        self.plain_log = False  # fit: a plain line per logged step instead of a progress bar
+        self.epoch_rate = 0.0  # samples per second of the last epoch (train_epoch)
+        self.devices = None  # every rank's device use (finish)
         self.build_model()
         self.build_data()
         self.run_dir = Path(cfg.out) if cfg.out else parallel.broadcast_object(default_run_dir(cfg.paper))
-        self.state = {"paper": cfg.paper, "flavor": cfg.flavor, "step": 0, "epoch": 0, "samples_in_epoch": 0,
-                      "best": None, "history": [], "padding": [0, 0], "elements": 0, "data_wait_seconds": 0.0,
-                      "train_seconds": 0.0, "wall_seconds": 0.0, "wandb_run_id": None, "curves": {},
-                      "commits": [git_commit()]}  # the commit it started at, then each one it resumed at
         self.last_saved, self.memory, self.graphs_after_first_step = 0, None, None
         self.saved_bytes = 0  # what the last step's largest micro-step kept for backward
         self.stop = StopSignals(parse_time_limit(cfg.time_limit) if cfg.time_limit else None)
@@ -261,7 +273,7 @@ class Trainer:
     def scale_learning_rate(self) -> None:
         """--lr-scaling: the learning rate for the batch in use (lr is given for lr_batch, the paper's
         default batch), and, when it grows, Goyal et al.'s gradual warmup of at least WARMUP_EPOCHS
-        epochs; printed, and recorded in config.json (lr_in_use, warmup_in_use)."""
+        epochs; printed, and kept in the training state (lr, warmup_steps) and result.json."""
         cfg = self.cfg
         lr, why = scaled_lr(cfg.lr, cfg.batch_size, cfg.lr_batch, cfg.lr_scaling)
         warmup = cfg.warmup_steps
@@ -272,7 +284,7 @@ class Trainer:
                 raise ConfigError(f"--max-steps {cfg.max_steps} ends before the {warmup}-step warmup that the "
                                   f"learning rate scaled to batch {cfg.batch_size} needs ({WARMUP_EPOCHS} epochs); "
                                   f"give more steps, a batch of {cfg.lr_batch}, or --lr-scaling none")
-        self.cfg = dataclasses.replace(cfg, lr_in_use=lr, warmup_in_use=warmup)
+        self.state.lr, self.state.warmup_steps = lr, warmup
         if self.env.is_main and (self.auto_batch or cfg.batch_size != cfg.lr_batch):
             print(f"batch {cfg.batch_size}, lr {lr:.4g} ({why})", flush=True)
 
@@ -299,23 +311,23 @@ class Trainer:
     def build_optimizer(self) -> None:
         """The optimizer, its schedule, the (fp16) scaler."""
         cfg = self.cfg
-        self.optimizer = build_optimizer(parallel.unwrap(self.model), cfg.lr_in_use, cfg.weight_decay, cfg.optimizer,
+        self.optimizer = build_optimizer(parallel.unwrap(self.model), self.state.lr, cfg.weight_decay, cfg.optimizer,
                                          cfg.momentum, cfg.nesterov)
-        self.scheduler = schedule(self.optimizer, self.total_steps, cfg.warmup_in_use, cfg.schedule, cfg.milestones,
-                                  cfg.gamma, self.steps_per_epoch, cfg.gammas)
+        self.scheduler = schedule(self.optimizer, self.total_steps, self.state.warmup_steps, cfg.schedule,
+                                  cfg.milestones, cfg.gamma, self.steps_per_epoch, cfg.gammas)
         self.scaler = torch.amp.GradScaler(self.env.device.type, enabled=cfg.precision == "fp16")
 
     def build_tracker(self, resumed_from: Path | None) -> None:
         """The run directory (config.json first), the printed config, wandb on rank 0."""
         cfg, env, run_dir = self.cfg, self.env, self.run_dir
-        wandb_id = (self.state["wandb_run_id"] or find_wandb_id(run_dir)) if self.resuming else None
+        wandb_id = (self.state.wandb_run_id or find_wandb_id(run_dir)) if self.resuming else None
         if env.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             if not (run_dir / "config.json").exists():  # a resumed run keeps the config it started with
                 save_config(cfg, run_dir / "config.json")
             if "tokenizer" in self.facts:  # a tokenizer trained for this run (BPE): what reads its tokens
                 (run_dir / "tokenizer.json").write_text(self.facts["tokenizer"])
-            where = f"resumed at step {self.state['step']} from {resumed_from}" if resumed_from else "new run"
+            where = f"resumed at step {self.state.step} from {resumed_from}" if resumed_from else "new run"
             layout = f": {self.layout.describe()}" if self.layout.tp > 1 or self.strategy == "hsdp" else ""
             print(f"{where}; config ({self.strategy}{layout}, {env.world_size} process(es), {env.device}):", flush=True)
             for key, value in cfg.to_dict().items():
@@ -327,7 +339,7 @@ class Trainer:
                         if env.is_main else NullTracker())
         self.tracker.summary({"params": self.n_params, "flops_per_sample": self.flops_per_sample,
                               "peak_flops": self.peak})
-        self.state["wandb_run_id"] = parallel.broadcast_object(self.tracker.run_id)
+        self.state.wandb_run_id = parallel.broadcast_object(self.tracker.run_id)
 
     # ------------------------------------------------------------ the run
 
@@ -353,10 +365,10 @@ class Trainer:
                          if self.cfg.profile else None)
         # a bar on a terminal; in a log file (CI, SLURM) a plain line per logged step instead of its frames
         self.plain_log = self.env.is_main and not sys.stderr.isatty()
-        self.progress = tqdm(total=self.total_steps, initial=self.state["step"],
+        self.progress = tqdm(total=self.total_steps, initial=self.state.step,
                              disable=not self.env.is_main or self.plain_log,
                              desc=f"{self.cfg.paper} {self.cfg.flavor}", unit="step")
-        for epoch in range(self.state["epoch"], self.epochs):
+        for epoch in range(self.state.epoch, self.epochs):
             padding, seconds = self.train_epoch(epoch)
             self.end_epoch(epoch, padding, seconds)
         self.progress.close()
@@ -366,29 +378,29 @@ class Trainer:
         """This epoch's optimizer steps (from where a resumed run stands); returns this rank's
         (padded, all) input elements and the seconds it took."""
         cfg, state = self.cfg, self.state
-        self.loader.epoch_sampler.set_epoch(epoch, start=state["samples_in_epoch"])
+        self.loader.epoch_sampler.set_epoch(epoch, start=state.samples_in_epoch)
         batches, padding = iter(self.loader), [0, 0]
-        start, first_step = time.perf_counter(), state["step"]
-        done_in_epoch = state["samples_in_epoch"] // cfg.batch_size
-        for _ in range(min(self.steps_per_epoch - done_in_epoch, self.total_steps - state["step"])):
+        start, first_step = time.perf_counter(), state.step
+        done_in_epoch = state.samples_in_epoch // cfg.batch_size
+        for _ in range(min(self.steps_per_epoch - done_in_epoch, self.total_steps - state.step)):
             step_start = time.perf_counter()
             loss = self.train_step(batches, padding)
             if self.profiler is not None:
                 self.profiler.step()
-            state["step"] += 1
-            state["samples_in_epoch"] += cfg.batch_size
+            state.step += 1
+            state.samples_in_epoch += cfg.batch_size
             self.meter.step()
             self.progress.update(1)
-            if state["step"] % cfg.log_every == 0 or state["step"] == self.total_steps:
+            if state.step % cfg.log_every == 0 or state.step == self.total_steps:
                 self.log_step(loss)
-            mid_epoch = state["samples_in_epoch"] < self.steps_per_epoch * cfg.batch_size
-            if state["step"] % self.ckpt_every == 0 and mid_epoch:
+            mid_epoch = state.samples_in_epoch < self.steps_per_epoch * cfg.batch_size
+            if state.step % self.ckpt_every == 0 and mid_epoch:
                 self.save()  # the epoch's end saves after its evaluation
             self.step_seconds = 0.5 * (self.step_seconds + time.perf_counter() - step_start)
             if self.stop_reason:
                 self.stop_now()
         seconds = time.perf_counter() - start
-        self.epoch_rate = (state["step"] - first_step) * cfg.batch_size / seconds
+        self.epoch_rate = (state.step - first_step) * cfg.batch_size / seconds
         return padding, seconds
 
     def stop_now(self) -> None:
@@ -400,9 +412,9 @@ class Trainer:
         self.progress.close()
         from common import checkpoint
 
-        path = checkpoint.checkpoint_dir(self.run_dir, self.state["step"])
-        self.mark_stopped(reason, self.state["step"], path, EXIT_PREEMPTED)
-        raise Preempted(f"stopped by {reason} after step {self.state['step']} of {self.total_steps}; checkpoint "
+        path = checkpoint.checkpoint_dir(self.run_dir, self.state.step)
+        self.mark_stopped(reason, self.state.step, path, EXIT_PREEMPTED)
+        raise Preempted(f"stopped by {reason} after step {self.state.step} of {self.total_steps}; checkpoint "
                         f"{path}; resume with: {self.resume_command()}")
 
     def resume_command(self) -> str:
@@ -485,7 +497,7 @@ class Trainer:
         Python call per saved tensor): on the first step, whose figure result.json's memory keeps, and on
         each logged step, whose figure is logged; the figures read are thus counted exactly, and the
         other steps run without hooks."""
-        step = self.state["step"] + 1
+        step = self.state.step + 1
         logged = step % self.cfg.log_every == 0 or step == self.total_steps
         return "activations" not in self.skipped and (self.memory is None or logged)
 
@@ -509,7 +521,7 @@ class Trainer:
         all-reduce that also agrees the next k (about AGREE_SECONDS of steps; a signal stops the run
         at most that late, at the same step on every rank). Elsewhere one all-reduce a step agrees both."""
         state, replicated = self.state, norm is not None
-        step = state["step"] + 1
+        step = state.step + 1
         gap = max(1, min(100, int(AGREE_SECONDS / self.step_seconds))) if replicated and self.step_seconds else 1
         last = step == self.total_steps  # the run ends after it anyway, with its own checkpoint
         stop = REASONS.index("" if last else self.stop.reason(self.step_seconds * gap, self.save_seconds))
@@ -523,11 +535,11 @@ class Trainer:
             stop = 0  # a request waits for the next agreement
         self.stop_reason = REASONS[stop]
         if not nonfinite:
-            state["nonfinite_in_row"] = 0
+            state.nonfinite_in_row = 0
             return True
-        state["skipped_steps"] = state.get("skipped_steps", 0) + 1
-        state["nonfinite_in_row"] = state.get("nonfinite_in_row", 0) + 1
-        if self.cfg.nonfinite == "skip" and state["nonfinite_in_row"] < self.cfg.nonfinite_patience:
+        state.skipped_steps += 1
+        state.nonfinite_in_row += 1
+        if self.cfg.nonfinite == "skip" and state.nonfinite_in_row < self.cfg.nonfinite_patience:
             return False
         value = next((f"the loss is {v}" for v in parallel.all_gather_object(loss.item()) if not math.isfinite(v)),
                      "the gradients are not finite")
@@ -535,8 +547,8 @@ class Trainer:
         patience = self.cfg.nonfinite_patience
         why = "" if self.cfg.nonfinite == "stop" else f" ({patience} steps in a row, --nonfinite-patience {patience})"
         self.progress.close()
-        self.mark_stopped("nonfinite", state["step"] + 1, last, EXIT_NONFINITE)  # a requeue would stop here again
-        raise NonFinite(f"{value} at step {state['step'] + 1}{why}; the run stops; last good checkpoint: "
+        self.mark_stopped("nonfinite", state.step + 1, last, EXIT_NONFINITE)  # a requeue would stop here again
+        raise NonFinite(f"{value} at step {state.step + 1}{why}; the run stops; last good checkpoint: "
                         + (f"{last} (resume with --resume {self.run_dir}, after a fix)" if last else "none yet"))
 
     def log_step(self, loss: torch.Tensor) -> None:
@@ -549,7 +561,7 @@ class Trainer:
         row = {"train/loss": loss, "train/lr": lr, "train/samples_per_s": speed["samples_per_s"],
                f"train/{elements}": speed["elements_per_s"], "train/data_wait": speed["data_wait"],
                "train/mfu": speed["mfu"], "memory/saved_activation_bytes": self.saved_bytes,
-               "train/skipped_steps": self.state.get("skipped_steps", 0)}
+               "train/skipped_steps": self.state.skipped_steps}
         row |= {f"device/rank{r}/{k}": v for r, values in enumerate(devices) for k, v in values.items()}
         if self.cfg.compile:
             row["compile/recompiles"] = compiled_graphs() - self.graphs_after_first_step
@@ -560,7 +572,7 @@ class Trainer:
         if "utilization" in mine:
             bar["gpu"] = f"{mine['utilization']:.0f}%"
         if self.plain_log:
-            print(f"step {self.state['step']}/{self.total_steps}: loss {loss:.4f}, lr {lr:.2e}, "
+            print(f"step {self.state.step}/{self.total_steps}: loss {loss:.4f}, lr {lr:.2e}, "
                   f"{speed['samples_per_s']:.0f} samples/s, mfu {speed['mfu']:.1%}, mem {bar['mem']}", flush=True)
         self.progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", samples_s=f"{speed['samples_per_s']:.0f}",
                                   mfu=f"{speed['mfu']:.1%}", **bar)
@@ -569,11 +581,11 @@ class Trainer:
         """A row of this step to wandb and metrics.jsonl (rank 0), and to the run's curves (every rank): the
         training loss, the task's training metric, the evaluated metrics and the wall time at each evaluation,
         which result.json keeps."""
-        step, metric = self.state["step"], self.task.train_metric
+        step, metric = self.state.step, self.task.train_metric
         for key, value in row.items():
             if key.startswith("eval/") or key in ("train/loss", f"train/{metric}", f"train/epoch_{metric}",
                                                   "time/wall_s"):
-                self.state.setdefault("curves", {}).setdefault(key, []).append([step, value])
+                self.state.curves.setdefault(key, []).append([step, value])
         self.tracker.log(row, step=step)
 
     def train_score(self, counts: torch.Tensor, scope: str) -> dict[str, float]:
@@ -588,28 +600,28 @@ class Trainer:
     def end_epoch(self, epoch: int, padding: list[int], seconds: float) -> None:
         """Evaluate, keep the best, log the epoch and save its checkpoint."""
         state = self.state
-        state["train_seconds"] += seconds
-        state["elements"] += padding[1]
-        state["data_wait_seconds"] += self.meter.waiting_total
+        state.train_seconds += seconds
+        state.elements += padding[1]
+        state.data_wait_seconds += self.meter.waiting_total
         self.meter.waiting_total = 0.0
         metrics = self.evaluate()
         value = metrics[self.task.metric]
-        best = state["best"]
+        best = state.best
         if best is None or (value > best[0] if self.task.higher_is_better else value < best[0]):
-            state["best"], state["best_step"] = (value, epoch + 1), state["step"]  # --keep-ckpts keeps its checkpoint
-        state["history"].append(value)
-        state["metrics"] = metrics  # the last evaluation's every metric
+            state.best, state.best_step = [value, epoch + 1], state.step  # --keep-ckpts keeps its checkpoint
+        state.history.append(value)
+        state.metrics = metrics  # the last evaluation's every metric
         padding = parallel.all_reduce_sum(torch.tensor(padding, dtype=torch.float64, device=self.env.device)).tolist()
-        state["padding"] = [a + b for a, b in zip(state["padding"], padding)]
-        state["epoch"], state["samples_in_epoch"] = epoch + 1, 0
+        state.padding = [a + b for a, b in zip(state.padding, padding)]
+        state.epoch, state.samples_in_epoch = epoch + 1, 0
         self.log({f"eval/{k}": v for k, v in metrics.items()} | self.train_score(self.epoch_counts, "epoch_")
                  | {"epoch": epoch + 1, "train/padding_waste": padding[0] / padding[1] if padding[1] else 0.0,
-                    "train/epoch_samples_per_s": self.epoch_rate, "time/train_s": state["train_seconds"],
-                    "time/wall_s": state["wall_seconds"] + time.perf_counter() - self.started})
+                    "train/epoch_samples_per_s": self.epoch_rate, "time/train_s": state.train_seconds,
+                    "time/wall_s": state.wall_seconds + time.perf_counter() - self.started})
         self.meter.restart()  # evaluation time is not training time
         if self.env.is_main:
             self.progress.write(f"epoch {epoch + 1}/{self.epochs}: {self.task.describe(metrics)}")
-        if state["step"] % self.ckpt_every == 0 or epoch + 1 == self.epochs or self.cfg.ckpt_every is None:
+        if state.step % self.ckpt_every == 0 or epoch + 1 == self.epochs or self.cfg.ckpt_every is None:
             self.save()
 
     @torch.no_grad()
@@ -644,30 +656,34 @@ class Trainer:
 
     def save(self) -> None:
         """A checkpoint of this step (every rank writes its shard), unless this step has one."""
-        if self.last_saved == self.state["step"]:
+        if self.last_saved == self.state.step:
             return
         now = time.perf_counter()
-        self.state["wall_seconds"] += now - self.started
+        self.state.wall_seconds += now - self.started
         self.started = now
-        extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict()}
+        self.state.scheduler, self.state.scaler = self.scheduler.state_dict(), self.scaler.state_dict()
         from common import checkpoint  # torch.distributed.checkpoint: imported when a checkpoint is written or read
 
-        checkpoint.save(self.run_dir, self.state["step"], self.model, self.optimizer, self.state | extra, self.env,
+        checkpoint.save(self.run_dir, self.state.step, self.model, self.optimizer, self.state.state_dict(), self.env,
                         self.cfg.keep_ckpts)
-        self.last_saved = self.state["step"]
+        self.last_saved = self.state.step
         self.save_seconds = time.perf_counter() - now
 
     def resume(self, path: Path) -> None:
-        """Model, optimizer, schedule, scaler, RNG and trainer state from a checkpoint (any strategy's)."""
+        """Model, optimizer, schedule, scaler, RNG and trainer state from a checkpoint (any strategy's). The
+        learning rate and warmup in use stay the ones recomputed from the config, which built the optimizer."""
         from common import checkpoint
 
-        self.state = checkpoint.load(path, self.model, self.optimizer, self.env, self.cfg.paper, self.cfg.flavor)
-        self.scheduler.load_state_dict(self.state["scheduler"])
-        self.scaler.load_state_dict(self.state["scaler"])
-        self.last_saved = self.state["step"]
-        commits = self.state.setdefault("commits", [None])  # (None: saved before runs recorded it)
-        if commits[-1] != (now := git_commit()):
-            commits.append(now)
+        state, in_use = self.state, (self.state.lr, self.state.warmup_steps)
+        state.load_state_dict(checkpoint.load(path, self.model, self.optimizer, self.env, self.cfg.paper,
+                                              self.cfg.flavor))
+        state.lr, state.warmup_steps = in_use
+        self.scheduler.load_state_dict(state.scheduler)
+        self.scaler.load_state_dict(state.scaler)
+        self.last_saved = state.step
+        state.commits = state.commits or [None]  # (None: saved before runs recorded it)
+        if state.commits[-1] != (now := git_commit()):
+            state.commits.append(now)
 
     # ------------------------------------------------------------ the end
 
@@ -703,31 +719,31 @@ class Trainer:
 
     def result(self) -> dict:
         """What result.json records: the metric, the model, how it ran, how fast, where and when."""
-        cfg, state, seconds = self.cfg, self.state, self.state["train_seconds"]
+        cfg, state, seconds = self.cfg, self.state, self.state.train_seconds
         elements = "pixels_per_s" if self.data.inputs == "image" else "tokens_per_s"
-        padded, total = state["padding"]
+        padded, total = state.padding
         return {
             "run_id": self.run_dir.name, "paper": cfg.paper, "flavor": cfg.flavor, "dataset": cfg.dataset,
             "task": self.task.kind, "metric": self.task.metric, "higher_is_better": self.task.higher_is_better,
-            "final": state["history"][-1], "best": state["best"][0], "best_epoch": state["best"][1],
-            "final_metrics": state.get("metrics", {}), "params": self.n_params, "epochs": self.epochs,
-            "steps": state["step"], "steps_per_epoch": self.steps_per_epoch, "batch_size": cfg.batch_size,
+            "final": state.history[-1], "best": state.best[0], "best_epoch": state.best[1],
+            "final_metrics": state.metrics, "params": self.n_params, "epochs": self.epochs,
+            "steps": state.step, "steps_per_epoch": self.steps_per_epoch, "batch_size": cfg.batch_size,
             "strategy": self.strategy, "world_size": self.env.world_size, "precision": cfg.precision,
             "compile": cfg.compile, "ac": cfg.ac,
-            "samples_per_s": state["step"] * cfg.batch_size / seconds,
-            elements: state["elements"] / seconds,
-            "mfu": self.flops_per_element * state["elements"] / seconds / self.peak,
+            "samples_per_s": state.step * cfg.batch_size / seconds,
+            elements: state.elements / seconds,
+            "mfu": self.flops_per_element * state.elements / seconds / self.peak,
             "flops_per_sample": self.flops_per_sample, "peak_flops": self.peak, "peak_source": self.peak_source,
-            "data_wait": state["data_wait_seconds"] / seconds,
+            "data_wait": state.data_wait_seconds / seconds,
             "recompiles": (compiled_graphs() - self.graphs_after_first_step
                            if cfg.compile and self.graphs_after_first_step else 0),
             "padding_waste": padded / total if total else 0.0, "bucketing": cfg.bucketing,
-            "skipped_steps": state.get("skipped_steps", 0),
+            "skipped_steps": state.skipped_steps, "lr": state.lr, "warmup_steps": state.warmup_steps,
             "memory_per_rank": self.memory, "device_per_rank": self.devices,
-            "wall_s": state["wall_seconds"] + time.perf_counter() - self.started,
+            "wall_s": state.wall_seconds + time.perf_counter() - self.started,
             "device": device_name(self.env.device), "torch": torch.__version__,
-            **provenance(state.get("commits", [None]), git_commit()),
-            "wandb_run_id": state["wandb_run_id"], "command": command_line(self.argv), "run_dir": str(self.run_dir),
+            **provenance(state.commits, git_commit()),
+            "wandb_run_id": state.wandb_run_id, "command": command_line(self.argv), "run_dir": str(self.run_dir),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "config": cfg.to_dict(),
-            "sweep": sweep_tag(), "curves": state.get("curves", {}),
+            "sweep": sweep_tag(), "curves": state.curves,
         }

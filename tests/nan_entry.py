@@ -17,7 +17,7 @@ next_batch = trainer.Trainer.next_batch
 
 def poisoned(self, batches, padding):
     inputs, targets = next_batch(self, batches, padding)
-    if self.env.rank == RANK and self.state["step"] + 1 in STEPS:  # the step this batch is for
+    if self.env.rank == RANK and self.state.step + 1 in STEPS:  # the step this batch is for
         inputs = inputs.clone()
         inputs.view(-1)[0] = float("nan")
     return inputs, targets

@@ -28,7 +28,7 @@ def test_auto_on_digits_no_longer_takes_one_step_an_epoch(tmp_path, capsys):
                  "--results-dir", str(tmp_path / "r"), *QUIET]) == 0
     result, config = load_json(run / "result.json"), load_json(run / "config.json")
     assert result["steps"] >= MIN_STEPS_PER_EPOCH and result["batch_size"] == config["batch_size"] == 64
-    assert config["lr_in_use"] == config["lr"] == 3e-3  # the paper's batch: nothing to scale
+    assert result["lr"] == config["lr"] == 3e-3  # the paper's batch: nothing to scale
     assert "batch size auto: 64 per device" in capsys.readouterr().out
 
 
@@ -56,12 +56,12 @@ def test_the_optimizer_trains_with_the_scaled_learning_rate_and_none_keeps_the_g
     for rule in ("linear", "sqrt", "none"):
         capsys.readouterr()
         assert main(flags + ["--lr-scaling", rule, "--out", str(tmp_path / rule)]) == 0
-        config = load_json(tmp_path / rule / "config.json")
+        config, result = load_json(tmp_path / rule / "config.json"), load_json(tmp_path / rule / "result.json")
         assert (config["batch_size"], config["lr_batch"], config["lr"], config["lr_scaling"]) == (16, 64, 3e-3, rule)
-        assert config["warmup_in_use"] == config["warmup_steps"] == 20  # a smaller batch adds no warmup
+        assert result["warmup_steps"] == config["warmup_steps"] == 20  # a smaller batch adds no warmup
         lrs[rule] = logged_lrs(tmp_path / rule)
-        assert f"batch 16, lr {config['lr_in_use']:.4g}" in capsys.readouterr().out
-    assert load_json(tmp_path / "none" / "config.json")["lr_in_use"] == 3e-3
+        assert f"batch 16, lr {result['lr']:.4g}" in capsys.readouterr().out
+    assert load_json(tmp_path / "none" / "result.json")["lr"] == 3e-3
     for step in range(1, 7):  # the same warmup, the peak scaled: 16/64 and sqrt(16/64)
         assert lrs["linear"][step] == pytest.approx(0.25 * lrs["none"][step], rel=1e-9)
         assert lrs["sqrt"][step] == pytest.approx(0.5 * lrs["none"][step], rel=1e-9)
@@ -71,8 +71,8 @@ def test_a_larger_batch_gets_goyals_warmup_of_five_epochs(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["--paper", "resnet", "--batch-size", "256", "--epochs", str(WARMUP_EPOCHS + 1), "--log-every", "1",
                  "--out", str(run), "--results-dir", str(tmp_path / "r"), *QUIET]) == 0
-    config, steps = load_json(run / "config.json"), 1437 // 256
-    assert config["lr_in_use"] == pytest.approx(3e-3 * 4) and config["warmup_in_use"] == WARMUP_EPOCHS * steps
+    result, steps = load_json(run / "result.json"), 1437 // 256
+    assert result["lr"] == pytest.approx(3e-3 * 4) and result["warmup_steps"] == WARMUP_EPOCHS * steps
     lrs = logged_lrs(run)
     assert max(lrs.values()) == pytest.approx(3e-3 * 4, rel=0.05)  # the peak, reached after the warmup
     assert lrs[1] < lrs[2] < lrs[WARMUP_EPOCHS * steps - 1]  # rising through the warmup
@@ -106,7 +106,7 @@ def test_the_batch_bench_reads_the_time_to_the_target_and_tabulates_and_plots_ea
         batch = 32 if "auto" in flags else int(flags[flags.index("--batch-size") + 1])
         result = {"batch_size": batch, "dataset": "digits", "steps": 1437 // batch * 2, "epochs": 2,
                   "samples_per_s": 100.0 * batch ** 0.5, "metric": "accuracy", "final": 0.97, "wall_s": 10.0,
-                  "higher_is_better": True, "config": {"lr_in_use": 1e-3 * batch / 64, "warmup_in_use": 20}}
+                  "higher_is_better": True, "lr": 1e-3 * batch / 64, "warmup_steps": 20, "config": {}}
         return result, [{"eval/accuracy": 0.96 if batch < 128 else 0.9, "time/wall_s": 1.0 + batch / 16, "epoch": 1}]
 
     monkeypatch.setattr(bench_batch, "run", fake_run)
@@ -127,4 +127,4 @@ def test_a_run_at_a_scaled_learning_rate_resumes_bitwise(tmp_path):
     resumed = interrupted_copy(tmp_path / "whole", 3, tmp_path / "resumed")
     assert main(["--resume", str(resumed)]) == 0
     assert bitwise_equal(weights(resumed), weights(tmp_path / "whole"))
-    assert load_json(resumed / "config.json")["lr_in_use"] == pytest.approx(3e-3 * 0.5 ** 0.5)
+    assert load_json(resumed / "result.json")["lr"] == pytest.approx(3e-3 * 0.5 ** 0.5)

@@ -95,6 +95,24 @@ def test_resume_with_the_original_flags_repeated_is_bitwise_equal(single_run, tm
     assert bitwise_equal(weights(run), weights(single_run))
 
 
+def test_a_checkpoint_and_config_saved_before_the_typed_state_resume_bitwise(single_run, tmp_path):
+    """trainer.json without the keys added since (commits, skipped_steps, metrics, best_step, lr, warmup_steps),
+    config.json with the run-time values it used to hold: the run resumes, to the same weights."""
+    run = interrupted_copy(single_run, 25, tmp_path / "run")
+    state_file = run / "checkpoints" / "step_25" / "trainer.json"
+    state = json.loads(state_file.read_text())
+    new = ("commits", "skipped_steps", "nonfinite_in_row", "metrics", "best_step", "lr", "warmup_steps")
+    state_file.write_text(json.dumps({k: v for k, v in state.items() if k not in new}))
+    config = load_json(run / "config.json")
+    (run / "config.json").write_text(json.dumps(config | {"lr_in_use": 1e-3, "warmup_in_use": 0}))
+    assert main(["--resume", str(run), "--wandb", "disabled"]) == 0
+    assert bitwise_equal(weights(run), weights(single_run))
+    resumed, uninterrupted = load_json(run / "result.json"), load_json(single_run / "result.json")
+    for key in ("final", "best", "best_epoch", "steps", "lr", "warmup_steps"):
+        assert resumed[key] == uninterrupted[key], key
+    assert resumed["commit_at_start"] is None
+
+
 def test_a_ddp_checkpoint_resumes_under_fsdp_and_in_one_process(ddp_run, tmp_path):
     fsdp = interrupted_copy(ddp_run, 10, tmp_path / "fsdp")
     torchrun(["--resume", str(fsdp), "--strategy", "fsdp"], cwd=tmp_path)

@@ -95,7 +95,7 @@ def test_time_limit_stops_with_a_checkpoint_and_a_crash_leaves_no_marker(tmp_pat
     next_batch = trainer.Trainer.next_batch
 
     def crashing(self, batches, padding):
-        if self.state["step"] + 1 == 3:
+        if self.state.step + 1 == 3:
             raise RuntimeError("a bug at step 3")
         return next_batch(self, batches, padding)
 

@@ -89,3 +89,19 @@ def test_no_function_of_common_is_longer_than_a_screen():
                 too_long[f"{path.relative_to(ROOT)}:{f.lineno} {f.name}"] = lines
     assert not too_long, f"longer than {LONGEST_FUNCTION} lines: {too_long}"
     assert validate is not None and validate < 30
+
+
+def test_every_attribute_of_the_trainer_is_first_set_in_init():
+    """What a Trainer holds is read in one place: `__init__` sets each attribute (None or a default where a
+    later step builds it), and its training state is a TrainState, not a dict."""
+    tree = ast.parse((COMMON / "trainer.py").read_text())
+    trainer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    first = {}
+    for f in trainer.body:
+        if isinstance(f, ast.FunctionDef):
+            for n in ast.walk(f):
+                if (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
+                        and n.value.id == "self"):
+                    first.setdefault(n.attr, f.name)
+    assert {"state", "optimizer", "progress", "tracker"} <= set(first)
+    assert {name: f for name, f in first.items() if f != "__init__"} == {}
