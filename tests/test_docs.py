@@ -347,6 +347,12 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "data/checks.py: the data's checks of a config\n",
     "the curves (training loss and accuracy, test metrics, by step)":
         "the curves (training loss and accuracy, test metrics, the wall time at each test, by step)",
+    # the rate and warmup in use moved from config.json into the training state (issue 44 part 4)
+    "and config.json records\nthem (`batch_size`, `lr_in_use`, `warmup_in_use`; `lr` and `lr_batch` stay\nwhat was given, so a resumed run scales the same).":
+        "and config.json records\nthe batch (`batch_size`), and result.json and each checkpoint's trainer.json\nthe rate and warmup in use (`lr`, `warmup_steps`; config.json's `lr` and\n`lr_batch` stay what was given, so a resumed run scales the same).",
+    "common/trainer.py  the Trainer: build, train_step, evaluate, save / resume, finish\n":
+        "common/trainer.py  the Trainer: build, train_step, evaluate, save / resume, finish\ncommon/train_state.py the "
+        "training state a checkpoint saves: step, epoch, best, the rate in use, ...\n",
 }
 
 
