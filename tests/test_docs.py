@@ -353,6 +353,9 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "common/trainer.py  the Trainer: build, train_step, evaluate, save / resume, finish\n":
         "common/trainer.py  the Trainer: build, train_step, evaluate, save / resume, finish\ncommon/train_state.py the "
         "training state a checkpoint saves: step, epoch, best, the rate in use, ...\n",
+    "(2-core AMD EPYC, torch 2.14.1, no GPU), commit fbaa830:": "(2-core AMD EPYC, torch 2.14.1, no GPU), commit "
+        "fbaa830, and **194 s** (37\nrows) from a fresh clone at commit 9549a06 on a machine of the same name\nwithout "
+        "bf16 instructions (`CPU: AMD EPYC (2 cores, AVX2, no bf16)`):",
 }
 
 
