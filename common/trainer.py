@@ -221,7 +221,7 @@ class Trainer:
     def build_data(self) -> None:
         """The data sets, the global and per-device batch, the loaders, the run's length, and the
         FLOPs of a step (for MFU)."""
-        cfg, env, data = self.cfg, self.env, self.data
+        cfg, data = self.cfg, self.data
         self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
         if cfg.train_fraction < 1:
             self.train_set = Share(self.train_set, cfg.train_fraction)
