@@ -1,10 +1,10 @@
 """Tasks: how a model's outputs are trained and scored, whatever the targets are.
 
 A task turns a model's outputs and a batch's targets into the training loss,
-and scores an evaluation set with torchmetrics: it builds its metric objects,
-updates them with every batch a rank evaluates, and reads them after
-torchmetrics has synchronised their states across ranks (gloo on a CPU, nccl
-on GPUs). Targets are whatever the data set gives: a tensor, a dict of tensors,
+and scores an evaluation set: it builds its metric objects (common.metrics'
+running sums, or torchmetrics' where a metric is more than sums), updates them
+with every batch a rank evaluates, and reads them once their states are
+summed or gathered across ranks (gloo on a CPU, nccl on GPUs). Targets are whatever the data set gives: a tensor, a dict of tensors,
 or a list with one dict per sample (see common.data.collate). Data sets name
 their task kind; the trainer has no special cases.
 
@@ -21,8 +21,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.metrics import Accuracy, Mean, MeanSquaredError, Metrics, Sum
+
 if TYPE_CHECKING:  # torchmetrics' package imports all of its metrics (torchvision, transformers): seconds, paid
-    from torchmetrics import Metric, MetricCollection  # when a task first builds its metrics, not on import
+    from torchmetrics import Metric  # only by the tasks that use it (detection, seq2seq), when they build metrics
 
 
 def call(model: nn.Module, inputs):
@@ -66,11 +68,12 @@ class Task:
         """The scalar training loss of a batch."""
         raise NotImplementedError
 
-    def metrics(self) -> dict[str, Metric]:
-        """Fresh metric objects, on the CPU: `self.metric` and "loss", and any others."""
+    def metrics(self) -> dict:
+        """Fresh metric objects (common.metrics' or torchmetrics'), on the CPU: `self.metric` and "loss", and any
+        others."""
         raise NotImplementedError
 
-    def update(self, metrics: MetricCollection, outputs, targets) -> None:
+    def update(self, metrics: Metrics, outputs, targets) -> None:
         """Add one evaluated batch to the metrics."""
         raise NotImplementedError
 
@@ -78,12 +81,10 @@ class Task:
         """(hits, samples) of a training batch, for `train_metric`: float64 on the outputs' device."""
         raise NotImplementedError
 
-    def build_metrics(self, device: torch.device) -> MetricCollection:
-        from torchmetrics import MetricCollection
+    def build_metrics(self, device: torch.device) -> Metrics:
+        return Metrics(self.metrics()).to(device)
 
-        return MetricCollection(self.metrics(), compute_groups=False).to(device)
-
-    def compute(self, metrics: MetricCollection) -> dict[str, float]:
+    def compute(self, metrics: Metrics) -> dict[str, float]:
         """Every metric over all that was evaluated, on every rank (each metric gathers its
         states from all ranks first). Every rank must call it."""
         return {name: float(value) for name, value in metrics.compute().items() if value.numel() == 1}
@@ -122,15 +123,10 @@ class Classification(Task):
         hits = (logits.argmax(-1) == targets).sum()
         return torch.stack([hits, hits.new_tensor(targets.numel())]).double()
 
-    def metrics(self) -> dict[str, Metric]:
-        from torchmetrics import MeanMetric
-        from torchmetrics.classification import MulticlassAccuracy
+    def metrics(self) -> dict:
+        return {"accuracy": Accuracy(), "loss": Mean()}  # in float64: correct / count is exact, as it is counted
 
-        # in float64, so that correct / count is exact, as it is counted
-        return {"accuracy": MulticlassAccuracy(self.facts["num_classes"], average="micro").set_dtype(torch.float64),
-                "loss": MeanMetric().set_dtype(torch.float64)}
-
-    def update(self, metrics: MetricCollection, logits: torch.Tensor, targets: torch.Tensor) -> None:
+    def update(self, metrics: Metrics, logits: torch.Tensor, targets: torch.Tensor) -> None:
         logits = logits.float()
         metrics["accuracy"].update(logits, targets)
         metrics["loss"].update(F.cross_entropy(logits, targets, reduction="none"))
@@ -153,15 +149,13 @@ class Regression(Task):
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(*self._pair(outputs, targets))
 
-    def metrics(self) -> dict[str, Metric]:
-        from torchmetrics import MeanMetric, MeanSquaredError
-
-        metrics = {"mse": MeanSquaredError().set_dtype(torch.float64), "loss": MeanSquaredError().set_dtype(torch.float64)}
+    def metrics(self) -> dict:
+        metrics = {"mse": MeanSquaredError(), "loss": MeanSquaredError()}
         if "tolerance" in self.facts:
-            metrics["correct"] = MeanMetric().set_dtype(torch.float64)
+            metrics["correct"] = Mean()
         return metrics
 
-    def update(self, metrics: MetricCollection, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+    def update(self, metrics: Metrics, outputs: torch.Tensor, targets: torch.Tensor) -> None:
         pair = self._pair(outputs, targets)
         metrics["mse"].update(*pair)
         metrics["loss"].update(*pair)
@@ -200,15 +194,15 @@ class Detection(Task):
     def loss(self, outputs: dict[str, torch.Tensor], targets) -> torch.Tensor:
         return sum(outputs.values())
 
-    def metrics(self) -> dict[str, Metric]:
+    def metrics(self) -> dict:
         return {"map": gathered_mean_average_precision()}
 
-    def update(self, metrics: MetricCollection, outputs: list[dict], targets: list[dict]) -> None:
+    def update(self, metrics: Metrics, outputs: list[dict], targets: list[dict]) -> None:
         detections = [{k: d[k].float() if k != "labels" else d[k] for k in ("boxes", "scores", "labels")}
                       for d in outputs]
         metrics["map"].update(detections, [{"boxes": t["boxes"].float(), "labels": t["labels"]} for t in targets])
 
-    def compute(self, metrics: MetricCollection) -> dict[str, float]:
+    def compute(self, metrics: Metrics) -> dict[str, float]:
         values = metrics.compute()
         return {name: float(values[name]) for name in self.REPORTED}
 
@@ -280,15 +274,13 @@ class Seq2Seq(Task):
                 out.append(itos[i])
         return ("" if self.facts.get("level", "word") == "char" else " ").join(out)
 
-    def metrics(self) -> dict[str, Metric]:
-        from torchmetrics import MeanMetric
+    def metrics(self) -> dict:
         from torchmetrics.text import SacreBLEUScore
 
         tokenize = "char" if self.facts.get("level") == "char" else "13a"
-        return {"bleu": SacreBLEUScore(tokenize=tokenize), "exact_match": MeanMetric().set_dtype(torch.float64),
-                "loss": MeanMetric().set_dtype(torch.float64)}
+        return {"bleu": SacreBLEUScore(tokenize=tokenize), "exact_match": Mean(), "loss": Mean()}
 
-    def update(self, metrics: MetricCollection, outputs: dict, targets: torch.Tensor) -> None:
+    def update(self, metrics: Metrics, outputs: dict, targets: torch.Tensor) -> None:
         hypotheses = [self.text(t) for t in outputs["tokens"]]
         references = [self.text(t) for t in targets]
         metrics["bleu"].update(hypotheses, [[r] for r in references])
@@ -298,7 +290,7 @@ class Seq2Seq(Task):
         valid = targets != self.facts["pad_id"]
         metrics["loss"].update(nll[valid].double())  # the mean over every target token
 
-    def compute(self, metrics: MetricCollection) -> dict[str, float]:
+    def compute(self, metrics: Metrics) -> dict[str, float]:
         values = super().compute(metrics)
         values["bleu"] *= 100
         values["perplexity"] = math.exp(values["loss"])
@@ -327,13 +319,10 @@ class LanguageModeling(Task):
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), label_smoothing=self.label_smoothing)
 
-    def metrics(self) -> dict[str, Metric]:
-        from torchmetrics import SumMetric
+    def metrics(self) -> dict:
+        return {"nll": Sum(), "tokens": Sum(), "chars": Sum()}
 
-        return {"nll": SumMetric().set_dtype(torch.float64), "tokens": SumMetric().set_dtype(torch.float64),
-                "chars": SumMetric().set_dtype(torch.float64)}
-
-    def update(self, metrics: MetricCollection, logits: torch.Tensor, targets: torch.Tensor) -> None:
+    def update(self, metrics: Metrics, logits: torch.Tensor, targets: torch.Tensor) -> None:
         nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
         metrics["nll"].update(nll.double())
         metrics["tokens"].update(float(targets.numel()))
@@ -341,7 +330,7 @@ class LanguageModeling(Task):
         metrics["chars"].update(float(targets.numel()) if chars is None else
                                 torch.as_tensor(chars, dtype=torch.float64, device=targets.device)[targets].sum())
 
-    def compute(self, metrics: MetricCollection) -> dict[str, float]:
+    def compute(self, metrics: Metrics) -> dict[str, float]:
         values = {k: float(v) for k, v in metrics.compute().items()}
         loss = values["nll"] / values["tokens"]
         return {"bits_per_char": values["nll"] / math.log(2) / values["chars"], "loss": loss,

@@ -627,7 +627,7 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """The task's metrics over the whole test split: each rank updates them with its share,
-        and torchmetrics gathers every rank's states before computing them.
+        and the metrics sum (or gather) every rank's states before computing them.
 
         A rank whose share has fewer batches repeats a forward whose result it drops, so
         that sharded models (fsdp) keep their collective gathers in step across ranks. With --pp

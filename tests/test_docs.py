@@ -356,6 +356,13 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "(2-core AMD EPYC, torch 2.14.1, no GPU), commit fbaa830:": "(2-core AMD EPYC, torch 2.14.1, no GPU), commit "
         "fbaa830, and **194 s** (37\nrows) from a fresh clone at commit 9549a06 on a machine of the same name\nwithout "
         "bf16 instructions (`CPU: AMD EPYC (2 cores, AVX2, no bf16)`):",
+    # the metrics that are sums became common.metrics' own (issue 41 part 3: torchmetrics' import in every rank)
+    "common/tasks.py    per task kind: (outputs, targets) -> loss, and torchmetrics metrics synchronised across ranks\n":
+        "common/tasks.py    per task kind: (outputs, targets) -> loss, and metrics synchronised across ranks\n"
+        "common/metrics.py  the metrics that are running sums (accuracy, mean, mse, sum), summed over the ranks\n",
+    "sample) into the loss, and scores the test split with torchmetrics metrics,\nwhich synchronise themselves across ranks.":
+        "sample) into the loss, and scores the test split with metrics that\nsynchronise themselves across ranks: "
+        "`common.metrics`' running sums (accuracy,\nmean, mean squared error, sum) or any torchmetrics metric.",
 }
 
 

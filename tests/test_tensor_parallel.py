@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of
 PAPERS = ("gpt", "transformer")  # and vit: its plan trains under fsdp x tp in test_mesh.py (--tp 2 here until 5963eb2)
 SEQUENCE_PARALLEL = ("gpt",)  # pre-norm blocks (ViT's too: checked by this test until commit 0ae3cd1)
 # clipping small enough to act on every step; a checkpoint after step 2 for the resume
-FLAGS = ["--max-steps", "4", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
+FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
 
 
 def test_the_papers_with_a_plan():
