@@ -356,6 +356,13 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "(2-core AMD EPYC, torch 2.14.1, no GPU), commit fbaa830:": "(2-core AMD EPYC, torch 2.14.1, no GPU), commit "
         "fbaa830, and **194 s** (37\nrows) from a fresh clone at commit 9549a06 on a machine of the same name\nwithout "
         "bf16 instructions (`CPU: AMD EPYC (2 cores, AVX2, no bf16)`):",
+    # a paper added after the move: ResNeXt, after ResNet in the table of papers
+    "| Deep Residual Learning for Image Recognition |\n| [densenet]": "| Deep Residual Learning for Image "
+        "Recognition |\n| [resnext] | cnn | 2017 | tiny, tiny-1x28d, tiny-4x11d, resnext50_32x4d, resnext101_32x4d, "
+        "resnext101_64x4d, cifar-29-8x64d, cifar-29-16x64d | Aggregated Residual Transformations for Deep Neural "
+        "Networks |\n| [densenet]",
+    "N stages on N processes (gpt, resnet, vgg, vit)": "N stages on N processes (gpt, resnet, resnext, vgg, vit)",
+    "`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "`PipelineChain` in the spec: gpt, resnet, resnext, vgg, vit)",
 }
 
 
