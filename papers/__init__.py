@@ -178,6 +178,7 @@ PAPER_FOLDERS = (
     "vgg",
     "googlenet",
     "resnet",
+    "resnext",
     "densenet",
     "mobilenetv2",
     "faster_rcnn",

@@ -363,6 +363,13 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "sample) into the loss, and scores the test split with torchmetrics metrics,\nwhich synchronise themselves across ranks.":
         "sample) into the loss, and scores the test split with metrics that\nsynchronise themselves across ranks: "
         "`common.metrics`' running sums (accuracy,\nmean, mean squared error, sum) or any torchmetrics metric.",
+    # a paper added after the move: ResNeXt, after ResNet in the table of papers
+    "| Deep Residual Learning for Image Recognition |\n| [densenet]": "| Deep Residual Learning for Image "
+        "Recognition |\n| [resnext] | cnn | 2017 | tiny, tiny-1x28d, tiny-4x11d, resnext50_32x4d, resnext101_32x4d, "
+        "resnext101_64x4d, cifar-29-8x64d, cifar-29-16x64d | Aggregated Residual Transformations for Deep Neural "
+        "Networks |\n| [densenet]",
+    "N stages on N processes (gpt, resnet, vgg, vit)": "N stages on N processes (gpt, resnet, resnext, vgg, vit)",
+    "`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "`PipelineChain` in the spec: gpt, resnet, resnext, vgg, vit)",
 }
 
 
