@@ -356,6 +356,12 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "(2-core AMD EPYC, torch 2.14.1, no GPU), commit fbaa830:": "(2-core AMD EPYC, torch 2.14.1, no GPU), commit "
         "fbaa830, and **194 s** (37\nrows) from a fresh clone at commit 9549a06 on a machine of the same name\nwithout "
         "bf16 instructions (`CPU: AMD EPYC (2 cores, AVX2, no bf16)`):",
+    # ConvNeXt added (a row of the papers table; a paper whose forward is a chain, for --pp)
+    "MobileNetV2: Inverted Residuals and Linear Bottlenecks |\n": "MobileNetV2: Inverted Residuals and Linear "
+        "Bottlenecks |\n| [convnext] | cnn | 2022 | tiny, convnext_t, convnext_s, convnext_b, convnext_l | A ConvNet for "
+        "the 2020s |\n",
+    "(gpt, resnet, vgg, vit), each process's": "(convnext, gpt, resnet, vgg, vit), each process's",
+    "`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "`PipelineChain` in the spec: convnext, gpt, resnet, vgg, vit)",
 }
 
 
