@@ -146,6 +146,7 @@ def test_stage_resolutions_and_widths():
             for stage, dim, side in zip(model.stages, FLAVORS[flavor]["dims"], sides):
                 x = stage(x)
                 assert x.shape == (1, dim, side, side)
+                assert x.is_contiguous()  # what --pp sends between processes must be (isend refuses others)
 
 
 def test_the_block_is_the_papers():

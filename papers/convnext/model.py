@@ -167,7 +167,10 @@ class Stage(nn.Module):
                                             **block_kwargs) for j in range(depth)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.blocks(self.downsample(x))  # (B, dim, H/2, W/2), or (B, dim, H, W) for the first stage
+        x = self.blocks(self.downsample(x))  # (B, dim, H/2, W/2), or (B, dim, H, W) for the first stage
+        # the sum of a channels-first shortcut and a channels-last branch may come out in either layout: give
+        # the next stage (on another process under --pp, which sends the tensor as it lies) the standard one
+        return x.contiguous()
 
 
 CHOICES = dict(stem=("patchify", "resnet"), downsample=("separate", "block"), act=tuple(ACTIVATIONS),
