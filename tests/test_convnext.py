@@ -99,13 +99,15 @@ def test_from_timm_refuses_what_the_paper_has_not(kwargs, match):
 
 
 def test_from_torchvision_refuses_what_the_paper_has_not():
+    with torch.device("meta"):
+        resnet, tv_convnext = torchvision.models.resnet18(), torchvision.models.convnext_tiny()
     with pytest.raises(ValueError, match="expected a torchvision ConvNeXt"):
-        from_torchvision(torchvision.models.resnet18())
+        from_torchvision(resnet)
     eps = TorchvisionConvNeXt([CNBlockConfig(8, None, 2)], norm_layer=partial(LayerNorm2d, eps=1e-5))
     with pytest.raises(ValueError, match="eps"):
         from_torchvision(eps)
     with pytest.raises(ValueError, match="expected a timm ConvNeXt"):
-        from_timm(torchvision.models.convnext_tiny())
+        from_timm(tv_convnext)
 
 
 @pytest.mark.parametrize("flavor", TORCHVISION)
