@@ -20,7 +20,8 @@ from tests.conftest import randomize_batch_norm
 
 TORCHVISION = {"convnext_t": "convnext_tiny", "convnext_s": "convnext_small", "convnext_b": "convnext_base",
                "convnext_l": "convnext_large"}
-# Table 1 (ImageNet-1K, 224 x 224): parameters (millions) and FLOPs (multiply-adds, 10^9)
+# Table 1 (ImageNet-1K, 224 x 224): parameters (millions) and FLOPs (multiply-adds, 10^9). For ConvNeXt-T the
+# issue quotes 28M; we hold it to 28.6M, the count torchvision's and timm's convnext_tiny have (2.1% above 28M).
 TABLE1 = {"convnext_t": (28.6, 4.5), "convnext_s": (50, 8.7), "convnext_b": (89, 15.4), "convnext_l": (198, 34.4)}
 
 
@@ -120,8 +121,8 @@ def test_from_torchvision_builds_the_flavor(flavor):
 
 @pytest.mark.parametrize("flavor", TABLE1)
 def test_table1_parameters_and_flops(flavor):
-    """Within 2% of Table 1's parameters (ConvNeXt-T: 28.6M, which the issue rounds to 28M) and multiply-adds at
-    224 x 224 (4.5, 8.7, 15.4, 34.4 x 10^9); and exactly torchvision's counts."""
+    """Within 2% of Table 1's parameters (ConvNeXt-T: 28.6M, see TABLE1) and multiply-adds at 224 x 224 (4.5, 8.7,
+    15.4, 34.4 x 10^9); and exactly torchvision's counts."""
     millions, gflops = TABLE1[flavor]
     with torch.device("meta"):
         ours, theirs = PAPER.build(flavor), getattr(torchvision.models, TORCHVISION[flavor])()
