@@ -159,7 +159,7 @@ class Parallelism:
                                   "residual adds and dropouts) over the ranks too (pre-norm blocks: vit, gpt's GPT-2 "
                                   "flavors)", resumable=True)
     pp: int = opt(1, "pipeline parallel: cut the paper's blocks into stages on this many processes, the embedding "
-                  "with the first, the head and loss with the last (gpt, resnet, resnext, vgg, vit)", parse=positive_int,
+                  "with the first, the head and loss with the last (convnext, gpt, resnet, resnext, vgg, vit)", parse=positive_int,
                   resumable=True)
     pp_schedule: str = opt("1f1b", "with --pp: gpipe, 1f1b (default) or interleaved (two stages per process)",
                            choices=PP_SCHEDULES, resumable=True)
