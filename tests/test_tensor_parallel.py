@@ -69,7 +69,7 @@ def test_a_tp_checkpoint_resumes_in_one_process(paper, runs, tmp_path):
 def test_tp_refusals(capsys):
     assert main(["--paper", "lenet", "--tp", "2", "--wandb", "disabled"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "lenet has none" in err[0] and "gpt, transformer, vit" in err[0]
+    assert len(err) == 1 and "lenet has none" in err[0] and "gpt, swin, transformer, vit" in err[0]
     assert main(["--paper", "gpt", "--tp", "2", "--wandb", "disabled"]) == 2  # one process launched
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torchrun --nproc_per_node 2" in err[0]
