@@ -1,6 +1,7 @@
-"""Swin Transformer against torchvision's SwinTransformer, against Figure 4's mask, and against Table 1."""
+"""Swin Transformer against torchvision's and timm's SwinTransformer, against Figure 4's mask, and against Table 1."""
 
 import pytest
+import timm
 import torch
 import torch.nn as nn
 import torchvision
@@ -8,7 +9,7 @@ from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformerB
 
 from common.throughput import forward_macs
 from papers import get_paper
-from papers.swin import from_torchvision
+from papers.swin import from_timm, from_torchvision
 from papers.swin import model as swin_model
 from papers.swin.model import SwinTransformerBlock, shifted_window_mask
 
@@ -72,6 +73,55 @@ def test_from_torchvision_refuses_non_square_windows():
                                                 window_size=[3, 4], num_classes=3)
     with pytest.raises(ValueError, match="non-square window"):
         from_torchvision(theirs)
+
+
+TIMM_CONFIGS = [  # timm's constructor; image sizes at which every stage's map is a multiple of the window
+    dict(img_size=56, patch_size=4, window_size=7, embed_dim=32, depths=(2, 2), num_heads=(2, 4), num_classes=5),
+    dict(img_size=64, patch_size=2, window_size=4, embed_dim=24, depths=(1, 2, 2), num_heads=(3, 6, 12),
+         num_classes=7, in_chans=1, mlp_ratio=2.0),
+    dict(img_size=96, patch_size=4, window_size=3, embed_dim=16, depths=(2, 2, 2, 2), num_heads=(1, 2, 4, 8),
+         num_classes=1000),
+]
+
+
+def random_timm(**kwargs) -> nn.Module:
+    torch.manual_seed(0)
+    model = timm.models.SwinTransformer(**kwargs)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+    return model.eval()
+
+
+@pytest.mark.parametrize("config", TIMM_CONFIGS, ids=[f"img{c['img_size']}-M{c['window_size']}" for c in TIMM_CONFIGS])
+def test_logits_equal_timm(config):
+    theirs = random_timm(**config)
+    ours = from_timm(theirs).eval()
+    torch.manual_seed(1)
+    x = torch.randn(2, config.get("in_chans", 3), config["img_size"], config["img_size"])
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    assert got.shape == (2, config["num_classes"])
+    assert (got - expected).abs().max() < 1e-5
+    assert (expected[0] - expected[1]).abs().max() > 1e-3
+
+
+def test_from_timm_maps_swin_tiny_patch4_window7_224():
+    with torch.device("meta"):
+        ours = from_timm(timm.create_model("swin_tiny_patch4_window7_224"))
+    assert sum(p.numel() for p in ours.parameters()) == 28_288_354 and ours.window_size == 7
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(img_size=48), "timm shrinks a window"),  # stage 2's 6x6 map: timm's window becomes 6, ours stays 7
+    (dict(global_pool="max"), "pooling"),
+    (dict(attn_drop_rate=0.1), "attention dropout"),
+    (dict(qkv_bias=False), "does not map"),
+])
+def test_from_timm_refuses_what_it_cannot_map(kwargs, match):
+    theirs = timm.models.SwinTransformer(**{**TIMM_CONFIGS[0], **kwargs})
+    with pytest.raises(ValueError, match=match):
+        from_timm(theirs)
 
 
 def naive_window(position: int, M: int, shift: int) -> int:

@@ -1,4 +1,4 @@
-"""Swin Transformer: Liu et al., 2021. The spec, and weight loading from torchvision."""
+"""Swin Transformer: Liu et al., 2021. The spec, and weight loading from torchvision and timm."""
 
 import torch
 import torch.nn as nn
@@ -9,8 +9,7 @@ from papers.swin.model import FLAVORS, PatchMerging, SwinTransformer, SwinTransf
 
 def _square(pair, what: str) -> int:
     if len(set(pair)) != 1:
-        raise ValueError(f"cannot map a torchvision Swin Transformer with a non-square {what} {list(pair)}; "
-                         f"ours is square")
+        raise ValueError(f"cannot map a Swin Transformer with a non-square {what} {list(pair)}; ours is square")
     return pair[0]
 
 
@@ -104,6 +103,77 @@ def _torchvision_paths(tv_model: nn.Module) -> list[str]:
     return paths
 
 
+def _check_timm(timm_swin: nn.Module) -> int:
+    """The window M of a timm SwinTransformer, or a ValueError naming what of it the paper's model has not."""
+    from timm.models.swin_transformer import SwinTransformer as TimmSwin
+
+    if not isinstance(timm_swin, TimmSwin):
+        raise ValueError(f"expected a timm SwinTransformer, got {type(timm_swin).__name__}")
+    if timm_swin.global_pool != "avg" or timm_swin.head.drop.p:
+        raise ValueError("cannot map a timm Swin Transformer with another pooling than 'avg' or head dropout; the "
+                         "paper's averages and has none")
+    M = _square(timm_swin.layers[0].blocks[0].window_size, "window")
+    for i, stage in enumerate(timm_swin.layers):
+        for j, b in enumerate(stage.blocks):
+            shift = M // 2 if j % 2 and min(b.input_resolution) > M else 0
+            if tuple(b.window_size) != (M, M) or tuple(b.shift_size) != (shift, shift) or b.always_partition:
+                raise ValueError(f"cannot map stage {i} block {j} of this timm Swin Transformer: window "
+                                 f"{tuple(b.window_size)}, shift {tuple(b.shift_size)} on its {b.input_resolution} "
+                                 f"map (timm shrinks a window to a smaller map; ours pads the map to one M x M "
+                                 f"window, and uses one M in every stage)")
+            if b.attn.attn_drop.p:
+                raise ValueError(f"cannot map attention dropout (stage {i} block {j}); the paper has none")
+    return M
+
+
+def from_timm(timm_swin: nn.Module) -> SwinTransformer:
+    """Our Swin Transformer holding the weights of a timm `SwinTransformer` (swin_tiny_patch4_window7_224 and
+    the others of the paper, or the same structure with other depths, heads, windows, patches, channels or
+    classes). timm rolls a map before padding it to whole windows, ours (as the released detection code and
+    torchvision) pads first: the two agree where every stage's map is a multiple of the window, as at the
+    image size timm's model is built for (224 with M = 7).
+
+    Args:
+        timm_swin: a timm SwinTransformer with average pooling, one square window for every stage, none
+            shrunk to a stage's map (a map smaller than the window), no absolute position embedding,
+            attention dropout or head dropout; anything else is refused with a ValueError.
+    """
+    M = _check_timm(timm_swin)
+    src = timm_swin.state_dict()
+    stages = timm_swin.layers
+    D, C, P, _ = src["patch_embed.proj.weight"].shape
+    first = stages[0].blocks[0]
+    model = SwinTransformer(
+        in_chans=C, num_classes=timm_swin.head.fc.out_features, patch_size=P, embed_dim=D,
+        depths=tuple(len(s.blocks) for s in stages), num_heads=tuple(s.blocks[0].attn.num_heads for s in stages),
+        window_size=M, mlp_ratio=first.mlp.fc1.out_features / first.mlp.fc1.in_features,
+        drop_path=getattr(stages[-1].blocks[-1].drop_path2, "drop_prob", 0.0), dropout=first.attn.proj_drop.p)
+    ours_to_theirs = {f"patch_embed.norm.{p}": f"patch_embed.norm.{p}" for p in ("weight", "bias")}
+    ours_to_theirs |= {"patch_embed.E.bias": "patch_embed.proj.bias", "head.weight": "head.fc.weight",
+                       "head.bias": "head.fc.bias", "norm.weight": "norm.weight", "norm.bias": "norm.bias"}
+    k = 0
+    for i, stage in enumerate(stages):
+        if i > 0:  # timm's stage begins with its patch merging, as our chain does
+            ours_to_theirs |= {f"blocks.{k}.{name}": f"layers.{i}.downsample.{name}"
+                               for name in ("norm.weight", "norm.bias", "reduction.weight")}
+            k += 1
+        for j in range(len(stage.blocks)):
+            ours_to_theirs |= _block_names(f"blocks.{k}", f"layers.{i}.blocks.{j}")
+            k += 1
+    for ours in [o for o, t in ours_to_theirs.items() if "mlp." in t]:  # timm names the MLP's layers fc1, fc2
+        ours_to_theirs[ours] = ours_to_theirs[ours].replace("mlp.0", "mlp.fc1").replace("mlp.3", "mlp.fc2")
+    unmapped = sorted(set(src) - set(ours_to_theirs.values()) - {"patch_embed.proj.weight"})
+    missing = sorted(t for t in ours_to_theirs.values() if t not in src)
+    if unmapped or missing:
+        raise ValueError(f"this timm Swin Transformer does not map onto the paper's: tensors of theirs not mapped "
+                         f"{unmapped[:3]}, of ours not found {missing[:3]} (qkv without bias?)")
+    state = {ours: src[theirs] for ours, theirs in ours_to_theirs.items()}
+    state["patch_embed.E.weight"] = src["patch_embed.proj.weight"].permute(0, 2, 3, 1).reshape(D, P * P * C)
+    with torch.no_grad():
+        model.load_state_dict(state)  # strict: every tensor of ours is set
+    return model
+
+
 def readout(swin: SwinTransformer, x: torch.Tensor) -> torch.Tensor:
     """The pipeline's last stage: the LayerNorm, global average pooling, the head."""
     return swin.forward_head(swin.norm(x))
@@ -134,7 +204,7 @@ PAPER = PaperSpec(
              "mlp.fc2": "rowwise"},
     pipeline=PipelineChain(embed=lambda swin, images: swin.patch_embed(images), readout=readout,
                            first=("patch_embed",), last=("norm", "head")),
-    pretrained={"torchvision": from_torchvision},
+    pretrained={"torchvision": from_torchvision, "timm": from_timm},
     reference_models=(ReferenceModel("torchvision:swin_t", (8, 3, 56, 56), dict(num_classes=10)),
                       ReferenceModel("torchvision:swin_t", (2, 3, 224, 224))),
     # Section 4.1 (Regular ImageNet-1K training): AdamW for 300 epochs, cosine decay after 20 epochs of
