@@ -356,6 +356,22 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "(2-core AMD EPYC, torch 2.14.1, no GPU), commit fbaa830:": "(2-core AMD EPYC, torch 2.14.1, no GPU), commit "
         "fbaa830, and **194 s** (37\nrows) from a fresh clone at commit 9549a06 on a machine of the same name\nwithout "
         "bf16 instructions (`CPU: AMD EPYC (2 cores, AVX2, no bf16)`):",
+    # the Swin Transformer added: its row of the papers table, its reference, and the --tp and --pp lists
+    "ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n":
+        "ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n| [swin] | "
+        "transformer | 2021 | tiny, swin_t, swin_s, swin_b, swin_l | Swin Transformer: Hierarchical Vision "
+        "Transformer using Shifted Windows |\n",
+    "reference implementation: ViT against timm;\n":
+        "reference implementation: ViT against timm;\nthe Swin Transformer against torchvision;\n",
+    "for a paper with a `tp_plan` (vit, gpt, transformer)": "for a paper with a `tp_plan` (vit, swin, gpt, transformer)",
+    "cut into N stages on N processes (gpt, resnet, vgg, vit)": "cut into N stages on N processes (gpt, resnet, swin, vgg, vit)",
+    "as the paper's `tp_plan` names them (vit, gpt, transformer)":
+        "as the paper's `tp_plan` names them (vit, swin, gpt, transformer; swin's also splits its relative position "
+        "bias tables by heads)",
+    "(`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "(`PipelineChain` in the spec: gpt, resnet, swin, vgg, vit)",
+    "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n":
+        "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n| swin | `torchrun "
+        "--nproc_per_node 2 train.py --paper swin` | digits at 28x28 | not run in full yet (see [its note]) |\n",
 }
 
 
