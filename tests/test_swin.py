@@ -7,6 +7,7 @@ import torch.nn as nn
 import torchvision
 from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformerBlockV2
 
+from common.flags import parse_model_kwargs
 from common.throughput import forward_macs
 from papers import get_paper
 from papers.swin import from_timm, from_torchvision
@@ -199,6 +200,14 @@ def test_shift_switch_changes_only_the_shift():
     assert all(m is None for m in attention_masks(plain, x))
     with torch.no_grad():  # the features of every token, before the pooling averages them
         assert (shifted.forward_features(x) - plain.forward_features(x)).abs().max() > 0.05
+
+
+def test_the_switch_as_the_command_line_gives_it():
+    model = PAPER.build_for_data("tiny", dict(num_classes=10, in_chans=1), parse_model_kwargs(["shift=false"]))
+    assert not any(b.shift for b in model.blocks if isinstance(b, SwinTransformerBlock))
+    assert [b.shift for b in PAPER.build("tiny").blocks if isinstance(b, SwinTransformerBlock)] == [0, 3, 0, 3]
+    with pytest.raises(ValueError, match="shift must be True or False"):
+        PAPER.build("tiny", shift="no")
 
 
 def test_image_size_must_divide_into_patches():

@@ -246,6 +246,8 @@ class SwinTransformer(ClassifierMixin, nn.Module):
                  window_size: int = 7, mlp_ratio: float = 4.0, drop_path: float = 0.2, dropout: float = 0.0,
                  shift: bool = True):
         super().__init__()
+        if not isinstance(shift, bool):
+            raise ValueError(f"shift must be True or False, got {shift!r}")
         if len(depths) != len(num_heads):
             raise ValueError(f"depths {tuple(depths)} and num_heads {tuple(num_heads)} name different stage counts")
         self.in_chans, self.patch_size, self.window_size, self.shift = in_chans, patch_size, window_size, shift
