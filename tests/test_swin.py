@@ -118,6 +118,7 @@ def test_from_timm_maps_swin_tiny_patch4_window7_224():
     (dict(global_pool="max"), "pooling"),
     (dict(attn_drop_rate=0.1), "attention dropout"),
     (dict(qkv_bias=False), "does not map"),
+    (dict(head_dim=8), "head_dim"),
 ])
 def test_from_timm_refuses_what_it_cannot_map(kwargs, match):
     theirs = timm.models.SwinTransformer(**{**TIMM_CONFIGS[0], **kwargs})

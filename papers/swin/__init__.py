@@ -123,6 +123,12 @@ def _check_timm(timm_swin: nn.Module) -> int:
                                  f"window, and uses one M in every stage)")
             if b.attn.attn_drop.p:
                 raise ValueError(f"cannot map attention dropout (stage {i} block {j}); the paper has none")
+            if b.attn.qkv.out_features != 3 * b.attn.qkv.in_features:
+                raise ValueError(f"cannot map heads whose width is not the stage's over the heads (stage {i}, "
+                                 f"timm's head_dim); ours have d = C / heads")
+    for name, m in timm_swin.named_modules():
+        if isinstance(m, nn.LayerNorm) and m.eps != 1e-5:
+            raise ValueError(f"cannot map layer norm with eps {m.eps} ({name}); ours uses 1e-5")
     return M
 
 
