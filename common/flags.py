@@ -73,8 +73,9 @@ _LITERALS = (bool, int, float, str, type(None))
 
 def parse_model_kwargs(items: list[str]) -> dict:
     """{name: value} of --model-kwargs KEY=VALUE ...: each value read as a Python literal (an int, a
-    float, True/False, None, a quoted string, or a tuple of them, kept as a list, as JSON keeps it), and
-    as a plain string where it is none (activation=tanh). ValueError for a malformed item."""
+    float, True/False, None, a quoted string, or a tuple of them, kept as a list, as JSON keeps it),
+    true/false in any case as the booleans (as the boolean flags read them: shift=false), and as a plain
+    string where it is none of these (activation=tanh). ValueError for a malformed item."""
     kwargs = {}
     for item in (part for text in items for part in _KWARG.split(text.strip()) if part):
         key, eq, text = item.partition("=")
@@ -85,7 +86,7 @@ def parse_model_kwargs(items: list[str]) -> dict:
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
-            value = text
+            value = {"true": True, "false": False}.get(text.lower(), text)
         if isinstance(value, (tuple, list)) and all(isinstance(v, _LITERALS) for v in value):
             value = list(value)
         elif not isinstance(value, _LITERALS):

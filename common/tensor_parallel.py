@@ -7,7 +7,9 @@ one all-reduce in forward and one in backward per pair, and each rank holds 1/N 
 weights. A paper says which layers are which in its spec's `tp_plan`, paths within each of its
 blocks (`shard_blocks`) mapped to a kind:
 
-    colwise      split by output columns (the attention's W_q, W_k, W_v; the MLP's first layer)
+    colwise      split by output columns (the attention's W_q, W_k, W_v; the MLP's first layer); an
+                 nn.Embedding by its vectors' columns (Swin's relative position bias table, one
+                 column per head)
     colwise-qkv  a fused q, k, v matrix (W_qkv): split by columns within each of the three, so
                  that a rank holds whole heads of each
     rowwise      split by input rows (the attention's W_o; the MLP's second layer)
@@ -73,7 +75,10 @@ def split_sizes(model: nn.Module, shard_blocks: str, plan: dict[str, str]) -> di
     for i, block in enumerate(model.get_submodule(shard_blocks)):
         for path, kind in plan.items():
             if kind != "norm" and _has(block, path):
-                rows, cols = block.get_submodule(path).weight.shape
+                layer = block.get_submodule(path)
+                rows, cols = layer.weight.shape
+                if isinstance(layer, nn.Embedding):  # (entries, dim): colwise splits the vectors' dim
+                    rows, cols = cols, rows
                 sizes[f"{shard_blocks}.{i}.{path}"] = cols if kind == "rowwise" else rows // (3 if kind == "colwise-qkv" else 1)
     return sizes
 

@@ -171,8 +171,9 @@ class PaperSpec:
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
 # The CNN lineage first, in the order a study group reads it (ConvNeXt, ResNet modernised with MobileNetV2's
 # inverted bottleneck and the Transformer's design, last), and detection on a CNN (Faster R-CNN,
-# then DETR's Transformer on a ResNet); then attention for images and recurrence for sequences, and
-# translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al., the Transformer), then GPT.
+# then DETR's Transformer on a ResNet); then attention for images (ViT, then Swin's shifted windows) and
+# recurrence for sequences, and translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al.,
+# the Transformer), then GPT.
 PAPER_FOLDERS = (
     "lenet",
     "alexnet",
@@ -186,6 +187,7 @@ PAPER_FOLDERS = (
     "faster_rcnn",
     "detr",
     "vit",
+    "swin",
     "lstm",
     "gru",
     "seq2seq",

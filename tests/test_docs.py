@@ -378,6 +378,22 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "`torchrun --nproc_per_node 2 train.py --paper convnext` | digits at 28x28 | not run yet (see its note) |\n",
     "(gpt, resnet, vgg, vit), each process's": "(convnext, gpt, resnet, vgg, vit), each process's",
     "`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "`PipelineChain` in the spec: convnext, gpt, resnet, vgg, vit)",
+    # the Swin Transformer added: its row of the papers table, its reference, and the --tp and --pp lists
+    "ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n":
+        "ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n| [swin] | "
+        "transformer | 2021 | tiny, swin_t, swin_s, swin_b, swin_l | Swin Transformer: Hierarchical Vision "
+        "Transformer using Shifted Windows |\n",
+    "reference implementation: ViT against timm;\n":
+        "reference implementation: ViT against timm;\nthe Swin Transformer against torchvision;\n",
+    "for a paper with a `tp_plan` (vit, gpt, transformer)": "for a paper with a `tp_plan` (vit, swin, gpt, transformer)",
+    "cut into N stages on N processes (gpt, resnet, vgg, vit)": "cut into N stages on N processes (gpt, resnet, swin, vgg, vit)",
+    "as the paper's `tp_plan` names them (vit, gpt, transformer)":
+        "as the paper's `tp_plan` names them (vit, swin, gpt, transformer; swin's also splits its relative position "
+        "bias tables by heads)",
+    "(`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "(`PipelineChain` in the spec: gpt, resnet, swin, vgg, vit)",
+    "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n":
+        "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n| swin | `torchrun "
+        "--nproc_per_node 2 train.py --paper swin` | digits at 28x28 | not run in full yet (see [its note]) |\n",
 }
 
 

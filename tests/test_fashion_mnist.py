@@ -209,15 +209,15 @@ def test_the_default_augmentation_is_the_data_sets_own(dataset, flags, expected,
 IMAGE_PAPERS = [n for n in list_papers() if get_paper(n).inputs == "image" and get_paper(n).task == "classification"]
 
 
-def test_the_image_classifiers_are_the_cnn_lineage_and_vit():
+def test_the_image_classifiers_are_the_cnn_lineage_and_the_vision_transformers():
     assert sorted(IMAGE_PAPERS) == sorted(["lenet", "alexnet", "vgg", "googlenet", "resnet", "resnext", "densenet",
-                                           "mobilenetv2", "convnext", "vit"])
+                                           "mobilenetv2", "convnext", "vit", "swin"])
 
 
 @pytest.mark.parametrize("name", IMAGE_PAPERS)
 def test_every_image_papers_tiny_flavor_takes_28x28(name, small):
     """Built as train.py builds it from the data set's facts; LeNet-5 pads to its 32x32 (papers/lenet),
-    ViT's tiny flavors cut 28 into patches of 2 (tiny) or 4 (tiny/4)."""
+    ViT's tiny flavors cut 28 into patches of 2 (tiny) or 4 (tiny/4), Swin's into patches of 2."""
     facts = get_dataset("fashion-mnist").facts(data_dir=str(small))
     assert facts == dict(num_classes=10, in_chans=1, img_size=28)
     for flavor in [f for f in get_paper(name).flavors if f.startswith("tiny")]:

@@ -12,6 +12,8 @@ from train import main
 def test_values_are_python_literals_or_plain_strings():
     assert parse_model_kwargs(["activation=tanh", "depth=3", "p=0.5", "lrn=False", "init=None"]) == {
         "activation": "tanh", "depth": 3, "p": 0.5, "lrn": False, "init": None}
+    assert parse_model_kwargs(["shift=false", "bias=TRUE", "name='false'"]) == {"shift": False, "bias": True,
+                                                                                 "name": "false"}
     # several in one argument, as one W&B sweep value holds them, and a tuple with spaces in it (kept as a list)
     assert parse_model_kwargs(["cell=rnn hidden_size=64", "widths=(16, 32, 64)", "name='a b'"]) == {
         "cell": "rnn", "hidden_size": 64, "widths": [16, 32, 64], "name": "a b"}
