@@ -368,16 +368,12 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "Recognition |\n| [resnext] | cnn | 2017 | tiny, tiny-1x28d, tiny-4x11d, resnext50_32x4d, resnext101_32x4d, "
         "resnext101_64x4d, cifar-29-8x64d, cifar-29-16x64d | Aggregated Residual Transformations for Deep Neural "
         "Networks |\n| [densenet]",
-    "N stages on N processes (gpt, resnet, vgg, vit)": "N stages on N processes (gpt, resnet, resnext, vgg, vit)",
-    "`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "`PipelineChain` in the spec: gpt, resnet, resnext, vgg, vit)",
     # ConvNeXt added (a row of the papers table; a paper whose forward is a chain, for --pp)
     "MobileNetV2: Inverted Residuals and Linear Bottlenecks |\n": "MobileNetV2: Inverted Residuals and Linear "
         "Bottlenecks |\n| [convnext] | cnn | 2022 | tiny, convnext_t, convnext_s, convnext_b, convnext_l | A ConvNet for "
         "the 2020s |\n",
     "digits at 32x32 | accuracy 0.9972 (93 s) |\n": "digits at 32x32 | accuracy 0.9972 (93 s) |\n| convnext | "
         "`torchrun --nproc_per_node 2 train.py --paper convnext` | digits at 28x28 | not run yet (see its note) |\n",
-    "(gpt, resnet, vgg, vit), each process's": "(convnext, gpt, resnet, vgg, vit), each process's",
-    "`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "`PipelineChain` in the spec: convnext, gpt, resnet, vgg, vit)",
     # the Swin Transformer added: its row of the papers table, its reference, and the --tp and --pp lists
     "ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n":
         "ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n| [swin] | "
@@ -386,14 +382,17 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "reference implementation: ViT against timm;\n":
         "reference implementation: ViT against timm;\nthe Swin Transformer against torchvision;\n",
     "for a paper with a `tp_plan` (vit, gpt, transformer)": "for a paper with a `tp_plan` (vit, swin, gpt, transformer)",
-    "cut into N stages on N processes (gpt, resnet, vgg, vit)": "cut into N stages on N processes (gpt, resnet, swin, vgg, vit)",
     "as the paper's `tp_plan` names them (vit, gpt, transformer)":
         "as the paper's `tp_plan` names them (vit, swin, gpt, transformer; swin's also splits its relative position "
         "bias tables by heads)",
-    "(`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "(`PipelineChain` in the spec: gpt, resnet, swin, vgg, vit)",
     "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n":
         "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n| swin | `torchrun "
         "--nproc_per_node 2 train.py --paper swin` | digits at 28x28 | not run in full yet (see [its note]) |\n",
+    # the papers whose forward is a chain (--pp), with ResNeXt, ConvNeXt and the Swin Transformer added
+    "N stages on N processes (gpt, resnet, vgg, vit)": "N stages on N processes (convnext, gpt, resnet, resnext, swin, "
+        "vgg, vit)",
+    "`PipelineChain` in the spec: gpt, resnet, vgg, vit)": "`PipelineChain` in the spec: convnext, gpt, resnet, resnext, "
+        "swin, vgg, vit)",
 }
 
 
