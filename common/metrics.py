@@ -85,7 +85,13 @@ class Metrics(dict):
     """A task's metrics by name (ours or torchmetrics'), computed, moved and reset together."""
 
     def compute(self) -> dict[str, torch.Tensor]:
-        return {name: metric.compute() for name, metric in self.items()}
+        """Each metric's value by its name; a metric that computes several (mean average precision's
+        dict) gives each under its own name, as torchmetrics' MetricCollection does."""
+        values = {}
+        for name, metric in self.items():
+            value = metric.compute()
+            values.update(value if isinstance(value, dict) else {name: value})
+        return values
 
     def to(self, device) -> "Metrics":
         for metric in self.values():
