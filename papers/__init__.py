@@ -183,6 +183,7 @@ PAPER_FOLDERS = (
     "faster_rcnn",
     "detr",
     "vit",
+    "deit",
     "lstm",
     "gru",
     "seq2seq",

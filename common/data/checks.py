@@ -27,12 +27,33 @@ def check(cfg, data, spec) -> tuple[dict, bool]:
     if augment_steps and (data.inputs != "image" or variable):
         raise ConfigError(f"--augment {data.training_augment(cfg.augment)} transforms images of one size; "
                           f"{data.name} has {'images of many sizes' if variable else data.inputs + 's'}")
+    check_recipe_steps(cfg, data, dict(augment_steps))
     if cfg.bucketing == "size" and not variable:
         variable_sets = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
         resized = " once --image-size resizes it" if data.variable_size else ""
         raise ConfigError(f"--bucketing size needs samples of different sizes; {data.name} has one size{resized} "
                           f"(variable-size data sets: {variable_sets})")
     return facts, variable
+
+
+def check_recipe_steps(cfg, data, steps: dict) -> None:
+    """DeiT's augmentation steps (common.data.augment), each where it applies: mixup and cutmix mix the labels
+    of classification data sets, randaug needs the pixels' normalisation (DatasetSpec.preprocess), repeat
+    samples a data set read by index and not by size buckets."""
+    from common.data import options
+
+    given = data.training_augment(cfg.augment)
+    mixes = [name for name in ("mixup", "cutmix") if name in steps]
+    if mixes and data.task != "classification":
+        raise ConfigError(f"--augment {given}: {' and '.join(mixes)} mix the labels of classification data sets; "
+                          f"{data.name} is a {data.task} data set")
+    if "randaug" in steps and (data.preprocess is None or "mean" not in data.preprocess(**options(cfg))):
+        raise ConfigError(f"--augment {given}: randaug works on the 8-bit pixels, and {data.name} does not say how "
+                          f"its images were normalised")
+    if "repeat" in steps and (cfg.bucketing != "none" or data.streamed):
+        raise ConfigError(f"--augment {given}: repeat samples a data set by index in a random order; "
+                          f"{'--bucketing size' if cfg.bucketing != 'none' else data.name + ' is streamed'} "
+                          f"orders it otherwise")
 
 
 def check_options(cfg, data, spec) -> None:
