@@ -96,9 +96,11 @@ class RandAugment(torch.nn.Module):
         from timm.data import rand_augment_transform
 
         fill = tuple(round(255 * m) for m in mean)  # what shifted-in pixels get: the mean
-        self.ops = rand_augment_transform(f"rand-m{magnitude:g}-mstd{std:g}-inc1",
-                                          dict(translate_const=int(size * 0.45), img_mean=fill[0] if len(fill) == 1
-                                               else fill))  # DeiT's (timm's create_transform)
+        # DeiT's (timm's create_transform); a magnitude drawn at the top, 10, makes timm's increasing posterize
+        # keep 0 bits, which Pillow now refuses: the draws are clipped just below it instead
+        hparams = dict(translate_const=int(size * 0.45), img_mean=fill[0] if len(fill) == 1 else fill,
+                       magnitude_max=9.99)
+        self.ops = rand_augment_transform(f"rand-m{magnitude:g}-mstd{std:g}-inc1", hparams)
         self.mean, self.sd = (torch.tensor(v).view(-1, 1, 1) for v in (mean, sd))
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
