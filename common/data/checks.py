@@ -22,12 +22,12 @@ def check(cfg, data, spec) -> tuple[dict, bool]:
         raise ConfigError(f"--image-size does not apply to {data.name}; it resizes {resizable}")
     facts = data.facts(**options(cfg))  # ConfigError when the data is missing
     variable = data.is_variable(cfg.image_size)
+    check_recipe_steps(cfg, data, dict(augment_steps))
     if variable and not spec.padded_batches:
         raise ConfigError(fixed_size_fix(spec, data))
     if augment_steps and (data.inputs != "image" or variable):
         raise ConfigError(f"--augment {data.training_augment(cfg.augment)} transforms images of one size; "
                           f"{data.name} has {'images of many sizes' if variable else data.inputs + 's'}")
-    check_recipe_steps(cfg, data, dict(augment_steps))
     if cfg.bucketing == "size" and not variable:
         variable_sets = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
         resized = " once --image-size resizes it" if data.variable_size else ""

@@ -88,6 +88,6 @@ PAPER = PaperSpec(
     pretrained={"timm": from_timm},
     reference_models=(ReferenceModel("timm:deit_tiny_patch16_224", (64, 1, 28, 28),  # the tiny flavor's sizes
                                      dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
-                                          depth=2, num_heads=4, mlp_ratio=4.0)),
+                                          depth=2, num_heads=4, mlp_ratio=2.0)),
                       ReferenceModel("timm:deit_tiny_distilled_patch16_224", (2, 3, 224, 224))),
 )

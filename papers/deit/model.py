@@ -156,9 +156,9 @@ def deit(dim: int, num_heads: int, **kwargs) -> dict:
 # and 1000 classes, and DeiT⚗ (a distillation token) of each.
 FLAVORS = {
     "tiny": dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, dim=128, depth=2, num_heads=4,
-                 mlp_dim=512, drop_path=0.1),
+                 mlp_dim=256, drop_path=0.1),
     "tiny-distilled": dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, dim=128, depth=2, num_heads=4,
-                           mlp_dim=512, drop_path=0.1, distilled=True),
+                           mlp_dim=256, drop_path=0.1, distilled=True),
     "deit_ti": deit(192, 3),
     "deit_s": deit(384, 6),
     "deit_b": deit(768, 12),
