@@ -165,12 +165,12 @@ class Parallelism:
     dp_shard: int | None = opt(None, "data parallel: ranks that shard the model, its gradients and optimizer state "
                                "(FSDP2)", parse=positive_int, resumable=True)
     tp: int = opt(1, "tensor parallel: split the linear layers of the paper's tp_plan over this many neighbouring "
-                  "processes (vit, gpt, transformer)", parse=positive_int, resumable=True)
+                  "processes (vit, deit, gpt, transformer)", parse=positive_int, resumable=True)
     sequence_parallel: bool = opt(False, "with --tp: split the positions between the split layers (the norms, "
                                   "residual adds and dropouts) over the ranks too (pre-norm blocks: vit, gpt's GPT-2 "
                                   "flavors)", resumable=True)
     pp: int = opt(1, "pipeline parallel: cut the paper's blocks into stages on this many processes, the embedding "
-                  "with the first, the head and loss with the last (gpt, resnet, vgg, vit)", parse=positive_int,
+                  "with the first, the head and loss with the last (gpt, resnet, vgg, vit, deit)", parse=positive_int,
                   resumable=True)
     pp_schedule: str = opt("1f1b", "with --pp: gpipe, 1f1b (default) or interleaved (two stages per process)",
                            choices=PP_SCHEDULES, resumable=True)

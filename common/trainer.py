@@ -38,11 +38,12 @@ from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, dataset_for, eval_loader, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
+from common.export import load_run
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
 from common.parallelize import Options, lay_out, parallelize
 from common.preemption import EXIT_PREEMPTED, REASONS, STOPPED, Preempted, StopSignals, parse_time_limit
-from common.pretrained import build_model, is_run, load_from_run, load_teacher, reference_model
+from common.pretrained import build_model, is_run, load_from_run, reference_model
 from common.profiling import WARMUP_STEPS, StepProfiler
 from common.step import autocast, forward_loss
 from common.tasks import get_task
@@ -321,7 +322,8 @@ class Trainer:
         """--teacher: the finished run's model on this rank's device, in eval mode and without gradients, which the
         task's distillation loss reads on each training batch (never on the test split)."""
         if self.cfg.teacher is not None:
-            self.task.teacher = load_teacher(self.cfg.teacher).to(self.env.device)
+            teacher, _ = load_run(Path(self.cfg.teacher))  # its config's model, its final weights, in eval mode
+            self.task.teacher = teacher.requires_grad_(False).to(self.env.device)
 
     def build_optimizer(self) -> None:
         """The optimizer, its schedule, the (fp16) scaler."""
