@@ -53,6 +53,7 @@ class Task:
     higher_is_better = True
     beside: tuple[str, ...] = ()  # metrics the leaderboard shows beside the ranking one
     train_metric: str | None = None  # scored on the training batches as they are trained (train/<name>)
+    teacher: nn.Module | None = None  # knowledge distillation's (--teacher): `taught` adds its outputs in training
 
     def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0):
         self.facts, self.label_smoothing = facts or {}, label_smoothing
@@ -127,7 +128,7 @@ class Classification(Task):
 
     Args:
         teacher: knowledge distillation (--teacher): a model in eval mode whose logits on each training
-            batch (without gradients; never on evaluated batches) the `distillation` loss reads.
+            batch (`taught`: without gradients, never on evaluated batches) the `distillation` loss reads.
         distillation: "soft" or "hard" (see `soft_distillation`, `hard_distillation`), with a teacher.
         tau, lam: the soft distillation's temperature and weight.
     """
@@ -142,11 +143,10 @@ class Classification(Task):
         super().__init__(facts, label_smoothing)
         self.teacher, self.distillation, self.tau, self.lam = teacher, distillation, tau, lam
 
-    def forward(self, model: nn.Module, inputs, targets):
-        """The model's outputs; in training with a teacher, {"logits", ["distillation",] "teacher"}."""
-        outputs = call(model, inputs)
-        if self.teacher is None or not model.training:  # evaluation never sees the teacher
-            return outputs
+    def taught(self, outputs, inputs) -> dict:
+        """A training batch's outputs with the teacher's logits beside them, {"logits", ["distillation",]
+        "teacher"}: the teacher runs without gradients (common.step.forward_loss calls this in training only,
+        so evaluation never sees the teacher)."""
         with torch.no_grad():
             Z_t = call(self.teacher, inputs)  # (B, classes)
         return (outputs if isinstance(outputs, dict) else {"logits": outputs}) | {"teacher": Z_t.float()}

@@ -81,11 +81,12 @@ PAPER = PaperSpec(
     # ViT's: Megatron-LM's split of a Transformer block
     tp_plan={"msa.W_qkv": "colwise-qkv", "msa.W_o": "rowwise", "mlp.fc1": "colwise", "mlp.fc2": "rowwise",
              "norm1": "norm", "norm2": "norm"},
-    pipeline=PipelineChain(embed=embed, readout=readout,
-                           first=("E", "x_class", "E_pos", "x_dist", "E_pos_dist", "dropout"),
-                           last=("norm", "head", "head_dist")),
+    pipeline=PipelineChain(embed=embed, readout=readout, first=("E", "x_class", "E_pos", "dropout"),
+                           last=("norm", "head")),
     padded_batches=True,
     pretrained={"timm": from_timm},
+    # DeiT⚗ returns two heads' logits in training, which a pipeline's last stage cannot send as one tensor
+    variants={flavor: dict(pipeline=None) for flavor, kwargs in FLAVORS.items() if kwargs.get("distilled")},
     reference_models=(ReferenceModel("timm:deit_tiny_patch16_224", (64, 1, 28, 28),  # the tiny flavor's sizes
                                      dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
                                           depth=2, num_heads=4, mlp_ratio=2.0)),
