@@ -356,6 +356,15 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "(2-core AMD EPYC, torch 2.14.1, no GPU), commit fbaa830:": "(2-core AMD EPYC, torch 2.14.1, no GPU), commit "
         "fbaa830, and **194 s** (37\nrows) from a fresh clone at commit 9549a06 on a machine of the same name\nwithout "
         "bf16 instructions (`CPU: AMD EPYC (2 cores, AVX2, no bf16)`):",
+    # DeiT (applied last, over the edits above): its row in the papers table, its flags, and the papers that take --tp and --pp
+    "| [vit] | transformer | 2020 | tiny, tiny/4, ViT-B/16, ViT-L/16, ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n": "| [vit] | transformer | 2020 | tiny, tiny/4, ViT-B/16, ViT-L/16, ViT-H/14 | An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale |\n| [deit] | transformer | 2021 | tiny, tiny-distilled, deit_ti, deit_s, deit_b, deit_ti_distilled, deit_s_distilled, deit_b_distilled | Training data-efficient image transformers & distillation through attention |\n",
+    "`lighting:S` (e.g. `crop:4,flip`; see `common/data/augment.py`); `none` for none; `auto`, the default: the data set's own, `crop:4,flip` for fashion-mnist, `crop:4` for mnist, none for the others |\n": "`lighting:S`, `randaug:M-S`, `erase:P` (e.g. `crop:4,flip`; see `common/data/augment.py`); `none` for none; `auto`, the default: the data set's own, `crop:4,flip` for fashion-mnist, `crop:4` for mnist, none for the others. For classification, DeiT's batch steps too: `mixup:A`, `cutmix:A`, `repeat:N` (see [Distillation and DeiT's recipe]) |\n| `--teacher RUN_DIR`, `--distillation {none,soft,hard}`, `--distillation-tau`, `--distillation-lambda` | knowledge distillation from a finished run, for a student with a distillation head (deit); see [Distillation and DeiT's recipe] |\n",
+    "(vit, gpt, transformer)": "(vit, deit, gpt, transformer)",
+    "(gpt, resnet, vgg, vit),": "(gpt, resnet, vgg, vit, deit),",
+    "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n":
+        "| vit | `torchrun --nproc_per_node 2 train.py --paper vit` | digits | accuracy 0.975 |\n| deit | `torchrun "
+        "--nproc_per_node 2 train.py --paper deit` | digits | accuracy 0.9833 (137 s, on a machine loaded by other "
+        "jobs) |\n",
 }
 
 
