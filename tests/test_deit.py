@@ -212,10 +212,17 @@ def test_mixup_and_cutmix_mix_images_and_labels():
 
 def test_randaug_and_erasing_keep_the_image_normalised():
     torch.manual_seed(0)
-    steps = augment.transform("randaug:9-0.5,erase:0.25", 28, stats=dict(mean=[0.5], std=[0.25]))
-    image = (torch.rand(1, 28, 28) - 0.5) / 0.25
+    steps = augment.transform("randaug:9-0.5,erase:0.25", 28, stats=dict(scale=1 / 255, mean=[0.5], std=[0.25]))
+    image = (torch.randint(0, 256, (1, 28, 28)) / 255 - 0.5) / 0.25
     out = [steps(image) for _ in range(20)]
     assert all(o.shape == (1, 28, 28) for o in out) and any(not torch.allclose(o, image) for o in out)
+    # digits: 0-16 pixels (scale 16/255); an image no operation changes comes back as it went in, within
+    # half a step of the 8-bit pixels it went through
+    digits = dict(scale=16 / 255, mean=[4.9], std=[6.0])
+    ra = augment.RandAugment(0, 0, 8, digits)
+    ra.ops.num_layers = 0  # none of the operations
+    image = (torch.randint(0, 17, (1, 8, 8)).float() - 4.9) / 6.0
+    assert (ra(image) - image).abs().max() <= 0.5 * 16 / 255 / 6.0 + 1e-6
 
 
 def test_repeated_augmentation_shows_each_image_three_times_and_resumes():

@@ -89,25 +89,27 @@ def channel_pca(dataset: Dataset, samples: int = 512) -> tuple[torch.Tensor, tor
 
 class RandAugment(torch.nn.Module):
     """timm's RandAugment (PIL operations) on a normalised (C, H, W) image: back to its 8-bit pixels, the
-    operations, and normalised again, with the data set's mean and std (in [0, 1] units)."""
+    operations, and normalised again, as the data set normalised it: (pixel x scale - mean) / std
+    (DatasetSpec.preprocess: scale 1/255 for most, 16/255 for the 0-16 digits)."""
 
-    def __init__(self, magnitude: float, std: float, size: int, mean: list[float], sd: list[float]):
+    def __init__(self, magnitude: float, std: float, size: int, stats: dict):
         super().__init__()
         from timm.data import rand_augment_transform
 
-        fill = tuple(round(255 * m) for m in mean)  # what shifted-in pixels get: the mean
+        self.scale = stats.get("scale", 1 / 255)
+        self.mean, self.sd = (torch.tensor(stats[k], dtype=torch.float32).view(-1, 1, 1) for k in ("mean", "std"))
+        fill = tuple(round(m / self.scale) for m in stats["mean"])  # what shifted-in pixels get: the mean
         # DeiT's (timm's create_transform); a magnitude drawn at the top, 10, makes timm's increasing posterize
         # keep 0 bits, which Pillow now refuses: the draws are clipped just below it instead
         hparams = dict(translate_const=int(size * 0.45), img_mean=fill[0] if len(fill) == 1 else fill,
                        magnitude_max=9.99)
         self.ops = rand_augment_transform(f"rand-m{magnitude:g}-mstd{std:g}-inc1", hparams)
-        self.mean, self.sd = (torch.tensor(v).view(-1, 1, 1) for v in (mean, sd))
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         from torchvision.transforms.v2 import functional as TF
 
-        pixels = ((image * self.sd + self.mean).clamp(0, 1) * 255).round().to(torch.uint8)  # (C, H, W)
-        out = TF.pil_to_tensor(self.ops(TF.to_pil_image(pixels))).float() / 255  # (C, H, W) in [0, 1]
+        pixels = ((image * self.sd + self.mean) / self.scale).round().clamp(0, 255).to(torch.uint8)  # (C, H, W)
+        out = TF.pil_to_tensor(self.ops(TF.to_pil_image(pixels))).float() * self.scale  # (C, H, W)
         return (out - self.mean) / self.sd
 
 
@@ -152,7 +154,7 @@ def transform(text: str, size: int, dataset: Dataset | None = None, stats: dict 
     steps = []
     for name, values in parsed:
         if name == "randaug":
-            steps.append(RandAugment(*values, size, stats["mean"], stats["std"]))
+            steps.append(RandAugment(*values, size, stats))
             continue
         if name == "erase":
             from timm.data.random_erasing import RandomErasing
