@@ -211,7 +211,7 @@ IMAGE_PAPERS = [n for n in list_papers() if get_paper(n).inputs == "image" and g
 
 def test_the_image_classifiers_are_the_cnn_lineage_and_vit():
     assert sorted(IMAGE_PAPERS) == sorted(["lenet", "alexnet", "vgg", "googlenet", "resnet", "densenet",
-                                           "mobilenetv2", "vit"])
+                                           "mobilenetv2", "vit", "deit"])
 
 
 @pytest.mark.parametrize("name", IMAGE_PAPERS)
