@@ -178,6 +178,8 @@ def test_teacher_refusals(tmp_path):
     other = finished_run(tmp_path / "other", dataset="shapes")
     assert "trained on shapes" in refusal(base | {"teacher": other, "distillation": "hard"}, 1)
     assert "which --pp cuts" in refusal(base | {"teacher": run, "distillation": "hard", "pp": 2}, 2)
+    for distilled in ({"flavor": "tiny-distilled"}, {"model_kwargs": {"distilled": True}}):
+        assert "DeiT⚗ returns its two heads' logits" in refusal(base | distilled | {"pp": 2}, 2)
 
 
 def test_teacher_refusal_on_the_command_line(capsys, tmp_path, monkeypatch):

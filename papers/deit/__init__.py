@@ -85,8 +85,6 @@ PAPER = PaperSpec(
                            last=("norm", "head")),
     padded_batches=True,
     pretrained={"timm": from_timm},
-    # DeiT⚗ returns two heads' logits in training, which a pipeline's last stage cannot send as one tensor
-    variants={flavor: dict(pipeline=None) for flavor, kwargs in FLAVORS.items() if kwargs.get("distilled")},
     reference_models=(ReferenceModel("timm:deit_tiny_patch16_224", (64, 1, 28, 28),  # the tiny flavor's sizes
                                      dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
                                           depth=2, num_heads=4, mlp_ratio=2.0)),

@@ -86,6 +86,9 @@ class DeiT(VisionTransformer):
         if not 0.0 <= drop_path < 1.0:
             raise ValueError(f"drop_path must be in [0, 1), got {drop_path}")
         self.distilled, self.inference = distilled, inference
+        # common.pipeline refuses --pp for DeiT⚗, whose last stage would send a dict of the two heads' logits
+        self.pipeline_refusal = ("DeiT⚗ returns its two heads' logits in training, which a pipeline's last stage "
+                                 "cannot hand on as one tensor; train it without --pp" if distilled else None)
         super().__init__(img_size, patch_size, in_chans, num_classes, dim, depth, num_heads, mlp_dim, dropout)
         rates = [drop_path * l / max(depth - 1, 1) for l in range(depth)]  # linear in depth, 0 to drop_path
         self.blocks = nn.ModuleList(Block(dim, num_heads, mlp_dim, dropout, rate) for rate in rates)
