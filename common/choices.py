@@ -9,6 +9,7 @@ STRATEGIES = ("auto", "single", "dp", "ddp", "fsdp")  # common.parallel
 AC_MODES = ("none", "full", "selective")  # common.activations
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")  # common.pipeline
 STAGES_PER_RANK = {"gpipe": 1, "1f1b": 1, "interleaved": 2}
+DISTILLATIONS = ("none", "soft", "hard")  # common.tasks: DeiT's losses with a --teacher
 OPTIMIZERS = ("adamw", "sgd", "rmsprop")  # common.optim
 SCHEDULES = ("cosine", "step", "exponential", "constant", "noam")
 LR_SCALINGS = ("linear", "sqrt", "none")  # common.batchsize

@@ -215,6 +215,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     """
     from common import mesh, optim
     from common.data import checks as data_checks
+    from common.pretrained import check_teacher
 
     check_fields(cfg)
     spec, data = paper_and_data(cfg)
@@ -222,6 +223,7 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     optim.check(cfg)
     check_training(cfg, device_type)
     model = check_model(spec, cfg, data, facts, variable)
+    check_teacher(cfg, spec, data, facts, _run_facts(cfg.teacher) if cfg.teacher else None)  # common.pretrained
     if cfg.tp > 1 or cfg.sequence_parallel:
         from common import tensor_parallel
 

@@ -254,8 +254,9 @@ def _receive(src: int, device: torch.device) -> torch.Tensor:
 
 def check(spec, cfg, data, variable: bool, model) -> None:
     """The pipeline's checks of a config (common.config.validate asks them, with --pp N): a paper whose
-    forward is a chain of its blocks, at least a block per stage, inputs of one size (stages exchange
-    activations of one shape), a task whose loss reads the outputs alone, no fp16."""
+    forward is a chain of its blocks (and a model without a `pipeline_refusal` saying why it is not), at least a
+    block per stage, inputs of one size (stages exchange activations of one shape), a task whose loss reads the
+    outputs alone, no fp16."""
     from common.errors import ConfigError
     from common.tasks import TASKS, Task
     from papers import get_paper, list_papers
@@ -264,6 +265,8 @@ def check(spec, cfg, data, variable: bool, model) -> None:
         having = ", ".join(name for name in sorted(list_papers()) if get_paper(name).pipeline)
         raise ConfigError(f"--pp cuts a paper whose forward is a chain of its blocks into stages; {spec.name}'s is not "
                           f"one (papers whose forward is: {having})")
+    if getattr(model, "pipeline_refusal", None):  # a model that says why its configuration cannot be cut
+        raise ConfigError(f"--pp: {spec.name} {cfg.flavor}: {model.pipeline_refusal}")
     stages = cfg.pp * STAGES_PER_RANK[cfg.pp_schedule]
     blocks = len(model.get_submodule(spec.shard_blocks))
     if blocks < stages:

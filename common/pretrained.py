@@ -313,6 +313,37 @@ def load_from_run(model: nn.Module, spec, init: str) -> list[str]:
             + (f"; not used from the file: {', '.join(unused)}" if unused else "")]
 
 
+def check_teacher(cfg, spec, data, facts: dict, theirs: tuple[dict, str] | None) -> None:
+    """--teacher RUN_DIR and --distillation, before a run starts: a pair or neither, a student whose paper
+    takes a teacher (a model class with `takes_teacher`: DeiT's), no --pp (the teacher labels whole
+    batches), and a finished run of a classifier trained on the same data set, images and classes (`theirs`:
+    the teacher's data set's facts, as common.config reads them from its config; None where it does not read)."""
+    if cfg.teacher is not None and cfg.distillation == "none":
+        raise ConfigError("--teacher RUN_DIR needs --distillation soft or hard")
+    if cfg.teacher is None:
+        if cfg.distillation != "none":
+            raise ConfigError(f"--distillation {cfg.distillation} needs a --teacher RUN_DIR")
+        return
+    if not getattr(spec.model, "takes_teacher", False):
+        raise ConfigError(f"--teacher: {spec.name} has no distillation head; a teacher trains a student that has "
+                          f"one (deit)")
+    if cfg.pp > 1:
+        raise ConfigError("--teacher labels whole batches, which --pp cuts into stages; train without --pp")
+    run = Path(cfg.teacher)
+    if not (run / "config.json").is_file() or not (run / "model.safetensors").is_file():
+        raise ConfigError(f"--teacher {cfg.teacher}: not a finished run (it needs config.json and "
+                          f"model.safetensors)")
+    config = json.loads((run / "config.json").read_text())
+    their = (config.get("dataset"), config.get("image_size"))
+    if their != (data.name, cfg.image_size):
+        raise ConfigError(f"--teacher {cfg.teacher}: trained on {their[0]} (--image-size {their[1]}), this run on "
+                          f"{data.name} (--image-size {cfg.image_size}); a teacher reads the student's images")
+    their_facts = (theirs or ({},))[0]
+    if data.task != "classification" or their_facts.get("num_classes") != facts.get("num_classes"):
+        raise ConfigError(f"--teacher {cfg.teacher}: a teacher classifies the student's classes ("
+                          f"{facts.get('num_classes')}); it has {their_facts.get('num_classes')}")
+
+
 def architecture_name(init: str) -> str:
     """What stands in for --flavor in a run started from a reference: SOURCE:NAME (without the file)."""
     source, name, _ = parse_init(init)

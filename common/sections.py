@@ -10,7 +10,7 @@ command line. Nothing here imports torch.
 import dataclasses
 from dataclasses import dataclass
 
-from common.choices import (AC_MODES, BPE_VOCAB_SIZE, FETCHED, LR_SCALINGS, OPTIMIZERS, PP_SCHEDULES, READS_FOLDER,
+from common.choices import (AC_MODES, BPE_VOCAB_SIZE, DISTILLATIONS, FETCHED, LR_SCALINGS, OPTIMIZERS, PP_SCHEDULES, READS_FOLDER,
                             SCHEDULES, STRATEGIES, TOKENIZERS)
 from common.flags import (ModelKwargs, batch_size_arg, fraction_arg, non_negative_float, non_negative_int,
                           positive_float, positive_int)
@@ -105,6 +105,17 @@ class Training:
                          choices=PRECISIONS)
     label_smoothing: float = opt(0.0, "tasks with classes: the smoothing of the training loss (default 0)",
                                  parse=non_negative_float)
+    teacher: str | None = opt(None, "knowledge distillation (DeiT): a finished run on the same data set, of any "
+                              "paper, whose model (in eval mode, without gradients) labels each training batch for "
+                              "--distillation; only a student with a distillation head takes one (deit)",
+                              metavar="RUN_DIR")
+    distillation: str = opt("none", "with --teacher: soft (Eq. 2: (1 - lambda) CE + lambda tau^2 KL) or hard (1/2 CE "
+                            "with the label + 1/2 CE with the teacher's argmax), on the distillation head where the "
+                            "student has one, else on its class head (DeiT, Section 4)", choices=DISTILLATIONS)
+    distillation_tau: float = opt(3.0, "--distillation soft: the temperature tau (default 3)", parse=positive_float,
+                                  metavar="TAU")
+    distillation_lambda: float = opt(0.1, "--distillation soft: the weight lambda of the KL term (default 0.1)",
+                                     parse=fraction_arg, metavar="LAMBDA")
     seed: int = opt(0, parse=non_negative_int)
     nonfinite: str = opt("stop", "a NaN or infinite loss: stop (default; exit code 65) or skip that step's update on "
                          "every rank", choices=NONFINITE, resumable=True)
@@ -154,12 +165,12 @@ class Parallelism:
     dp_shard: int | None = opt(None, "data parallel: ranks that shard the model, its gradients and optimizer state "
                                "(FSDP2)", parse=positive_int, resumable=True)
     tp: int = opt(1, "tensor parallel: split the linear layers of the paper's tp_plan over this many neighbouring "
-                  "processes (vit, swin, gpt, transformer)", parse=positive_int, resumable=True)
+                  "processes (vit, deit, swin, gpt, transformer)", parse=positive_int, resumable=True)
     sequence_parallel: bool = opt(False, "with --tp: split the positions between the split layers (the norms, "
                                   "residual adds and dropouts) over the ranks too (pre-norm blocks: vit, gpt's GPT-2 "
                                   "flavors)", resumable=True)
     pp: int = opt(1, "pipeline parallel: cut the paper's blocks into stages on this many processes, the embedding "
-                  "with the first, the head and loss with the last (convnext, gpt, resnet, resnext, swin, vgg, vit)", parse=positive_int,
+                  "with the first, the head and loss with the last (convnext, deit, gpt, resnet, resnext, swin, vgg, vit)", parse=positive_int,
                   resumable=True)
     pp_schedule: str = opt("1f1b", "with --pp: gpipe, 1f1b (default) or interleaved (two stages per process)",
                            choices=PP_SCHEDULES, resumable=True)

@@ -29,10 +29,12 @@ def autocast(precision: str, device: torch.device):
 
 def forward_loss(task, model, inputs, targets, precision: str, device: torch.device,
                  counts: torch.Tensor | None = None) -> torch.Tensor:
-    """The training loss of a batch; with `counts`, also adds the batch's (hits, samples) of the
-    task's training metric to it."""
+    """The training loss of a batch (with a teacher's outputs where the task has one: the only place it runs);
+    with `counts`, also adds the batch's (hits, samples) of the task's training metric to it."""
     with autocast(precision, device):
         outputs = task.forward(model, inputs, targets)
+        if task.teacher is not None:  # --teacher: its logits on this training batch, for the distillation loss
+            outputs = task.taught(outputs, inputs)
         loss = task.loss(outputs, targets)
     if counts is not None:
         counts += task.train_counts(outputs, targets)

@@ -55,6 +55,7 @@ class Task:
     higher_is_better = True
     beside: tuple[str, ...] = ()  # metrics the leaderboard shows beside the ranking one
     train_metric: str | None = None  # scored on the training batches as they are trained (train/<name>)
+    teacher: nn.Module | None = None  # knowledge distillation's (--teacher): `taught` adds its outputs in training
 
     def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0):
         self.facts, self.label_smoothing = facts or {}, label_smoothing
@@ -94,15 +95,43 @@ class Task:
         return f"test {self.metric} {metrics[self.metric]:.4g}, loss {metrics['loss']:.4g}"
 
 
+def hard_distillation(Z_s: torch.Tensor, Z_d: torch.Tensor, Z_t: torch.Tensor, y: torch.Tensor,
+                      cross_entropy=F.cross_entropy) -> torch.Tensor:
+    """DeiT's hard-label distillation (Section 4): 1/2 L_CE(psi(Z_s), y) + 1/2 L_CE(psi(Z_d), y_t), where
+    y_t = argmax_c Z_t(c) is the teacher's hard decision. Z_s: the class head's logits, Z_d: the
+    distillation head's (the class head's again for a student without one), Z_t: the teacher's, all (B, K);
+    `cross_entropy` scores the true label (with its smoothing, or Mixup's mixed targets)."""
+    y_t = Z_t.argmax(dim=-1)  # (B,)
+    return cross_entropy(Z_s, y) / 2 + F.cross_entropy(Z_d, y_t) / 2
+
+
+def soft_distillation(Z_s: torch.Tensor, Z_d: torch.Tensor, Z_t: torch.Tensor, y: torch.Tensor, tau: float,
+                      lam: float, cross_entropy=F.cross_entropy) -> torch.Tensor:
+    """DeiT's Eq. 2 (Hinton et al.'s distillation): (1 - lambda) L_CE(psi(Z_s), y) + lambda tau^2
+    KL(psi(Z_t / tau) || psi(Z_d / tau)), the KL divergence from the teacher's softened distribution to the
+    student's, averaged over the batch. Names as in `hard_distillation`."""
+    kl = F.kl_div(F.log_softmax(Z_d / tau, dim=-1), F.log_softmax(Z_t / tau, dim=-1), reduction="batchmean",
+                  log_target=True)
+    return (1 - lam) * cross_entropy(Z_s, y) + lam * tau ** 2 * kl
+
+
 class Classification(Task):
     """Cross-entropy with optional label smoothing on logits (B, classes); scored by top-1 accuracy
-    and the cross-entropy without smoothing.
+    and the cross-entropy without smoothing. Targets are labels (B,), or mixed ones (B, classes) from
+    Mixup and CutMix (common.data.augment), which carry their smoothing already.
 
     A model with auxiliary classifiers (GoogLeNet's) returns, in training, {"logits": (B, classes),
     "aux": [(aux logits (B, classes), weight), ...]}: each auxiliary loss is added with its weight.
     A model with an auxiliary objective of its own inputs (GPT's language modelling of the passage,
     L_3 = L_2 + lambda L_1) returns its loss there instead: {"logits": ..., "aux_losses": [(scalar loss,
-    weight), ...]}. In eval mode it returns the logits alone.
+    weight), ...]}. A model with a distillation head (DeiT) returns {"logits": ..., "distillation":
+    (B, classes)}. In eval mode each returns the logits alone.
+
+    Args:
+        teacher: knowledge distillation (--teacher): a model in eval mode whose logits on each training
+            batch (`taught`: without gradients, never on evaluated batches) the `distillation` loss reads.
+        distillation: "soft" or "hard" (see `soft_distillation`, `hard_distillation`), with a teacher.
+        tau, lam: the soft distillation's temperature and weight.
     """
 
     kind = "classification"
@@ -110,18 +139,50 @@ class Classification(Task):
     higher_is_better = True
     train_metric = "accuracy"  # the training error of the papers' curves is 1 minus it
 
+    def __init__(self, facts: dict | None = None, label_smoothing: float = 0.0, teacher: nn.Module | None = None,
+                 distillation: str = "none", tau: float = 3.0, lam: float = 0.1):
+        super().__init__(facts, label_smoothing)
+        self.teacher, self.distillation, self.tau, self.lam = teacher, distillation, tau, lam
+
+    def taught(self, outputs, inputs) -> dict:
+        """A training batch's outputs with the teacher's logits beside them, {"logits", ["distillation",]
+        "teacher"}: the teacher runs without gradients (common.step.forward_loss calls this in training only,
+        so evaluation never sees the teacher)."""
+        with torch.no_grad():
+            Z_t = call(self.teacher, inputs)  # (B, classes)
+        return (outputs if isinstance(outputs, dict) else {"logits": outputs}) | {"teacher": Z_t.float()}
+
+    def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if targets.is_floating_point():  # mixed targets (B, classes), smoothed by Mixup already
+            return F.cross_entropy(logits.float(), targets)
+        return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
+
     def loss(self, logits, targets: torch.Tensor) -> torch.Tensor:
+        if isinstance(logits, dict) and ("teacher" in logits or "distillation" in logits):
+            return self.distillation_loss(logits, targets)
         if isinstance(logits, dict):  # the main classifier and the weighted auxiliary ones (or losses)
             aux = sum(w * self.loss(a, targets) for a, w in logits.get("aux", ()))
             aux = aux + sum(w * loss for loss, w in logits.get("aux_losses", ()))
             return self.loss(logits["logits"], targets) + aux
-        return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
+        return self.cross_entropy(logits, targets)
+
+    def distillation_loss(self, outputs: dict, targets: torch.Tensor) -> torch.Tensor:
+        """DeiT's losses (Section 4) on the class head's logits Z_s and the distillation head's Z_d (Z_s
+        where the student has none); without a teacher the distillation head learns the labels too."""
+        Z_s = outputs["logits"].float()
+        Z_d, Z_t = outputs.get("distillation", Z_s).float(), outputs.get("teacher")
+        if Z_t is None:
+            return (self.cross_entropy(Z_s, targets) + self.cross_entropy(Z_d, targets)) / 2
+        if self.distillation == "hard":
+            return hard_distillation(Z_s, Z_d, Z_t, targets, self.cross_entropy)
+        return soft_distillation(Z_s, Z_d, Z_t, targets, self.tau, self.lam, self.cross_entropy)
 
     @torch.no_grad()
     def train_counts(self, logits, targets: torch.Tensor) -> torch.Tensor:
         logits = logits["logits"] if isinstance(logits, dict) else logits  # the main classifier's
-        hits = (logits.argmax(-1) == targets).sum()
-        return torch.stack([hits, hits.new_tensor(targets.numel())]).double()
+        labels = targets.argmax(-1) if targets.is_floating_point() else targets  # mixed: the larger share's
+        hits = (logits.argmax(-1) == labels).sum()
+        return torch.stack([hits, hits.new_tensor(labels.numel())]).double()
 
     def metrics(self) -> dict:
         return {"accuracy": Accuracy(), "loss": Mean()}  # in float64: correct / count is exact, as it is counted

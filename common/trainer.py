@@ -38,6 +38,7 @@ from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, dataset_for, eval_loader, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
+from common.export import load_run
 from common.monitor import DeviceMonitor, short_bytes
 from common.optim import build_optimizer, schedule
 from common.parallelize import Options, lay_out, parallelize
@@ -148,7 +149,12 @@ class Trainer:
         self.dp_rank, self.dp_size = self.layout.dp_rank(env.rank), self.layout.dp  # the ranks reading different data
         self.facts = self.data.facts(**options(cfg))
         decoding = dict(beam=cfg.beam, length_penalty=cfg.length_penalty) if self.data.task == "seq2seq" else {}
-        self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding)
+        # --teacher: the distillation loss (common.tasks); the teacher itself is loaded in build_teacher
+        distilling = (dict(distillation=cfg.distillation, tau=cfg.distillation_tau, lam=cfg.distillation_lambda)
+                      if cfg.teacher else {})
+        self.task = get_task(self.data.task, self.facts, label_smoothing=cfg.label_smoothing, **decoding, **distilling)
+        # --augment mixup:A, cutmix:A: timm's Mixup on each training batch (None without them)
+        self.mixup = augment.mixing(cfg.augment, self.facts.get("num_classes"), cfg.label_smoothing)
         # what the run remembers across a resume (saved as each checkpoint's trainer.json)
         self.state = TrainState(cfg.paper, cfg.flavor, commits=[git_commit()])  # the commit it started at
         # built by the methods named, called from here (build_model, build_data) or from fit
@@ -225,7 +231,8 @@ class Trainer:
         self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
         if cfg.train_fraction < 1:
             self.train_set = Share(self.train_set, cfg.train_fraction)
-        transform = augment.transform(cfg.augment, self.facts.get("img_size", 0), self.train_set)
+        stats = data.preprocess(**options(cfg)) if data.preprocess else None  # the normalisation (randaug)
+        transform = augment.transform(cfg.augment, self.facts.get("img_size", 0), self.train_set, stats)
         if transform is not None:  # training images only
             self.train_set = augment.Augmented(self.train_set, transform)
         self.collate = data.collate(math.lcm(cfg.pad_multiple, getattr(self.model, "input_multiple", 1)),
@@ -234,9 +241,12 @@ class Trainer:
         if self.auto_batch:
             self.cfg = cfg = dataclasses.replace(cfg, batch_size=self.auto_batch_size())
         self.micro_batch = cfg.batch_size // (self.dp_size * cfg.grad_accum)
+        if self.mixup is not None and self.micro_batch % 2:
+            raise ConfigError(f"--augment {cfg.augment}: timm's Mixup mixes pairs of images, and each micro-batch "
+                              f"holds {self.micro_batch}; choose a batch size that gives an even one")
         self.measure_flops()
         self.loader = train_loader(self.train_set, cfg.batch_size, self.micro_batch, self.dp_rank, self.dp_size,
-                                   cfg.seed, cfg.num_workers, self.collate, cfg.bucketing)
+                                   cfg.seed, cfg.num_workers, self.collate, cfg.bucketing, augment.repeats(cfg.augment))
         self.steps_per_epoch = len(self.loader) // cfg.grad_accum
         if self.steps_per_epoch == 0:
             raise ConfigError(f"batch size {cfg.batch_size} is larger than the {len(self.train_set)} training "
@@ -308,6 +318,13 @@ class Trainer:
         self.model, self.eval_model = self.parallelized.model, self.parallelized.eval_model
         self.saved = self.parallelized.saved  # counts the bytes a forward keeps for backward
 
+    def build_teacher(self) -> None:
+        """--teacher: the finished run's model on this rank's device, in eval mode and without gradients, which the
+        task's distillation loss reads on each training batch (never on the test split)."""
+        if self.cfg.teacher is not None:
+            teacher, _ = load_run(Path(self.cfg.teacher))  # its config's model, its final weights, in eval mode
+            self.task.teacher = teacher.requires_grad_(False).to(self.env.device)
+
     def build_optimizer(self) -> None:
         """The optimizer, its schedule, the (fp16) scaler."""
         cfg = self.cfg
@@ -353,6 +370,7 @@ class Trainer:
         if self.cfg.init and resume_from is None:
             self.load_pretrained()
         self.parallelize()
+        self.build_teacher()
         self.build_optimizer()
         if resume_from is not None:
             self.resume(resume_from)  # raises CheckpointError before anything is written
@@ -445,7 +463,10 @@ class Trainer:
         valid, total = element_counts(inputs)
         self.meter.add(total, time.perf_counter() - waiting)
         padding[0], padding[1] = padding[0] + total - valid, padding[1] + total
-        return to_device((inputs, targets), self.env.device)
+        inputs, targets = to_device((inputs, targets), self.env.device)
+        if self.mixup is not None:  # --augment mixup:A, cutmix:A: mixed images, targets (B, classes)
+            inputs, targets = augment.mix(self.mixup, inputs, targets)
+        return inputs, targets
 
     def train_step(self, batches, padding: list[int]) -> torch.Tensor:
         """One optimizer step: grad_accum micro-steps (gradients synchronised on the last only),

@@ -89,7 +89,8 @@ class PaperSpec:
             "rowwise" (by input rows), and the pre-norms "norm" where --sequence-parallel splits the
             positions. Empty: the paper does not take --tp.
         pipeline: pipeline parallelism (`--pp N`, common.pipeline): how the forward chains the
-            `shard_blocks` (see PipelineChain). None: the paper does not take --pp.
+            `shard_blocks` (see PipelineChain). None: the paper does not take --pp. A model one of whose
+            configurations cannot be cut says why in its attribute `pipeline_refusal` (DeiT⚗'s two heads).
         data_kwargs: the facts of a dataset that the model class takes (num_classes,
             in_chans, img_size, input_size, seq_len).
         padded_batches: the model reads padded batches of samples of different sizes:
@@ -187,6 +188,7 @@ PAPER_FOLDERS = (
     "faster_rcnn",
     "detr",
     "vit",
+    "deit",
     "swin",
     "lstm",
     "gru",

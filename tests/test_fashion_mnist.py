@@ -211,7 +211,7 @@ IMAGE_PAPERS = [n for n in list_papers() if get_paper(n).inputs == "image" and g
 
 def test_the_image_classifiers_are_the_cnn_lineage_and_the_vision_transformers():
     assert sorted(IMAGE_PAPERS) == sorted(["lenet", "alexnet", "vgg", "googlenet", "resnet", "resnext", "densenet",
-                                           "mobilenetv2", "convnext", "vit", "swin"])
+                                           "mobilenetv2", "convnext", "vit", "deit", "swin"])
 
 
 @pytest.mark.parametrize("name", IMAGE_PAPERS)

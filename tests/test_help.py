@@ -61,7 +61,7 @@ FLAGS = """--ac --augment --batch-size --beam --block-size --bucketing --ckpt-ev
 --nonfinite --nonfinite-patience --num-workers --optimizer --out --pad-multiple --paper --pp --pp-schedule
 --precision --profile --recipe --rerun --results-dir --resume --schedule --seed --seq-len --sequence-parallel
 --strategy --time-limit --tokenizer --tp --train-fraction --vocab-size --wandb --wandb-project --warmup-steps
---weight-decay""".split()
+--weight-decay""".split() + "--teacher --distillation --distillation-tau --distillation-lambda".split()  # DeiT's
 COMMANDS = {"--list", "--rerun", "--resume"}  # what to do, not config fields
 
 

@@ -14,7 +14,7 @@ from train import main
 
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
 
-PAPERS = ("convnext", "gpt", "resnet", "resnext", "swin", "vgg", "vit")
+PAPERS = ("convnext", "deit", "gpt", "resnet", "resnext", "swin", "vgg", "vit")
 # clipping small enough to act on every step (its norm then spans both stages), a checkpoint after step 2
 FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
 GPT = ["--paper", "gpt", "--block-size", "32"]
@@ -131,7 +131,7 @@ def test_pp_trains_the_single_process_weights(paper, tmp_path):
 def test_pp_refusals(capsys):
     assert main(["--paper", "lenet", "--pp", "2", "--wandb", "disabled"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "lenet's is not one" in err[0] and "convnext, gpt, resnet, resnext, swin, vgg, vit" in err[0]
+    assert len(err) == 1 and "lenet's is not one" in err[0] and "convnext, deit, gpt, resnet, resnext, swin, vgg, vit" in err[0]
     assert main(["--paper", "gpt", "--pp", "2", "--wandb", "disabled"]) == 2  # one process launched
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torchrun --nproc_per_node 2" in err[0]

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from common.data import adding, coco, dates, detect, digits, long_pairs, mnist, pairs, shapes, text, tokens, vision, wds
 from common.data.augment import Augmented
 from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
-from common.data.samplers import BucketBatchSampler, ResumableSampler
+from common.data.samplers import BucketBatchSampler, RepeatedAugmentation, ResumableSampler
 from common.errors import ConfigError
 
 from common.choices import HF_PREFIX
@@ -331,13 +331,15 @@ def register(spec: DatasetSpec) -> DatasetSpec:
 
 
 def train_loader(dataset: Dataset, global_batch: int, micro_batch: int, rank: int, world_size: int, seed: int,
-                 num_workers: int = 0, collate: Callable | None = None, bucketing: str = "none") -> DataLoader:
+                 num_workers: int = 0, collate: Callable | None = None, bucketing: str = "none",
+                 repeats: int = 1) -> DataLoader:
     """This rank's micro-batches, in a new order every epoch: call `loader.epoch_sampler.set_epoch(epoch, start)`.
     Incomplete global batches are dropped. Shards (common.data.wds) are streamed by a ShardStream.
 
     Args:
         bucketing: "none" (a random order) or "size" (batches of similar sizes; the
             dataset must have `sizes`).
+        repeats: above 1, repeated augmentation (--augment repeat:N, samplers.RepeatedAugmentation).
     """
     # a generator of the loader's own: starting an epoch draws nothing from torch's global one, which
     # dropout and augmentation draw from and checkpoints restore, so a resumed run draws as the first did
@@ -354,7 +356,8 @@ def train_loader(dataset: Dataset, global_batch: int, micro_batch: int, rank: in
         loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate,
                             generator=generator)
     else:
-        sampler = ResumableSampler(dataset, rank=rank, world_size=world_size, seed=seed)
+        sampler = (RepeatedAugmentation(dataset, rank, world_size, seed, repeats) if repeats > 1
+                   else ResumableSampler(dataset, rank=rank, world_size=world_size, seed=seed))
         loader = DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True,
                             num_workers=num_workers, collate_fn=collate, generator=generator)
     loader.epoch_sampler = sampler

@@ -22,6 +22,7 @@ def check(cfg, data, spec) -> tuple[dict, bool]:
         raise ConfigError(f"--image-size does not apply to {data.name}; it resizes {resizable}")
     facts = data.facts(**options(cfg))  # ConfigError when the data is missing
     variable = data.is_variable(cfg.image_size)
+    check_recipe_steps(cfg, data, dict(augment_steps))
     if variable and not spec.padded_batches:
         raise ConfigError(fixed_size_fix(spec, data))
     if augment_steps and (data.inputs != "image" or variable):
@@ -33,6 +34,26 @@ def check(cfg, data, spec) -> tuple[dict, bool]:
         raise ConfigError(f"--bucketing size needs samples of different sizes; {data.name} has one size{resized} "
                           f"(variable-size data sets: {variable_sets})")
     return facts, variable
+
+
+def check_recipe_steps(cfg, data, steps: dict) -> None:
+    """DeiT's augmentation steps (common.data.augment), each where it applies: mixup and cutmix mix the labels
+    of classification data sets, randaug needs the pixels' normalisation (DatasetSpec.preprocess), repeat
+    samples a data set read by index and not by size buckets."""
+    from common.data import options
+
+    given = data.training_augment(cfg.augment)
+    mixes = [name for name in ("mixup", "cutmix") if name in steps]
+    if mixes and data.task != "classification":
+        raise ConfigError(f"--augment {given}: {' and '.join(mixes)} mix the labels of classification data sets; "
+                          f"{data.name} is a {data.task} data set")
+    if "randaug" in steps and (data.preprocess is None or "mean" not in data.preprocess(**options(cfg))):
+        raise ConfigError(f"--augment {given}: randaug works on the 8-bit pixels, and {data.name} does not say how "
+                          f"its images were normalised")
+    if "repeat" in steps and (cfg.bucketing != "none" or data.streamed):
+        raise ConfigError(f"--augment {given}: repeat samples a data set by index in a random order; "
+                          f"{'--bucketing size' if cfg.bucketing != 'none' else data.name + ' is streamed'} "
+                          f"orders it otherwise")
 
 
 def check_options(cfg, data, spec) -> None:

@@ -91,6 +91,31 @@ class ResumableSampler(DistributedSampler):
         return self.num_samples - self.start
 
 
+class RepeatedAugmentation(Sampler[int]):
+    """timm's RepeatAugSampler (DeiT's RASampler: each image `repeats` times in an epoch, consecutive in the
+    order, so that the ranks augment its copies apart), seeded by the run's seed plus the epoch, and able to
+    start an epoch part-way as ResumableSampler can. Rank r reads positions r, r + W, ... of the repeated order,
+    so the k-th micro-batches of all ranks are one contiguous slice of it, as ResumableSampler's."""
+
+    def __init__(self, dataset: Dataset, rank: int, world_size: int, seed: int, repeats: int):
+        from timm.data.distributed_sampler import RepeatAugSampler  # (timm imports its models: seconds)
+
+        self.timm = RepeatAugSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, num_repeats=repeats)
+        self.seed, self.num_replicas, self.start = seed, world_size, 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.timm.set_epoch(self.seed + epoch)  # (timm seeds the order by the epoch alone)
+        if start % self.num_replicas:
+            raise ValueError(f"position {start} does not divide over {self.num_replicas} ranks")
+        self.start = start // self.num_replicas
+
+    def __iter__(self):
+        return itertools.islice(iter(self.timm), self.start, None)
+
+    def __len__(self) -> int:
+        return len(self.timm) - self.start
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Global batches of samples of similar size, in a random order of batches.
 

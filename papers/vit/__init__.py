@@ -6,15 +6,8 @@ from papers import PaperSpec, PipelineChain, ReferenceModel
 from papers.vit.model import FLAVORS, VisionTransformer
 
 
-def from_timm(timm_vit) -> VisionTransformer:
-    """Our ViT holding the weights of a timm `VisionTransformer` (class token, token pooling).
-
-    Args:
-        timm_vit: a timm VisionTransformer with a class token, learned position
-            embeddings, global_pool="token" and nothing the paper has not (no
-            register tokens, layer scale, qk-norm or pre-norm).
-    """
-    depth = len(timm_vit.blocks)
+def timm_names(depth: int) -> dict[str, str]:
+    """Our ViT's tensor names -> timm's (class token, learned position embeddings, `depth` blocks)."""
     ours_to_theirs = {"E.weight": "patch_embed.proj.weight", "E.bias": "patch_embed.proj.bias",
                       "x_class": "cls_token", "E_pos": "pos_embed"}
     for part in ("norm", "head"):
@@ -24,7 +17,19 @@ def from_timm(timm_vit) -> VisionTransformer:
     for i in range(depth):
         for ours, theirs in block_names.items():
             ours_to_theirs |= {f"blocks.{i}.{ours}.{p}": f"blocks.{i}.{theirs}.{p}" for p in ("weight", "bias")}
+    return ours_to_theirs
 
+
+def from_timm(timm_vit) -> VisionTransformer:
+    """Our ViT holding the weights of a timm `VisionTransformer` (class token, token pooling).
+
+    Args:
+        timm_vit: a timm VisionTransformer with a class token, learned position
+            embeddings, global_pool="token" and nothing the paper has not (no
+            register tokens, layer scale, qk-norm or pre-norm).
+    """
+    depth = len(timm_vit.blocks)
+    ours_to_theirs = timm_names(depth)
     src = timm_vit.state_dict()
     if set(src) != set(ours_to_theirs.values()) or getattr(timm_vit, "global_pool", "token") != "token":
         odd = sorted(set(src) ^ set(ours_to_theirs.values()))[:3]

@@ -242,7 +242,8 @@ class VisionTransformer(ClassifierMixin, nn.Module):
         attn_mask = None
         if grids is not None:  # padded patches are never attended to, so the class token pools valid ones only
             valid = mask[:, ::P, ::P].flatten(1)  # (B, N): a patch is valid iff its top-left pixel is
-            attn_mask = torch.cat([valid.new_ones(B, 1), valid], dim=1)[:, None, None, :]  # (B, 1, 1, 1+N) keys
+            tokens = valid.new_ones(B, z.shape[1] - valid.shape[1])  # (B, 1): the class token (and any other)
+            attn_mask = torch.cat([tokens, valid], dim=1)[:, None, None, :]  # (B, 1, 1, 1+N) keys
         for block in self.blocks:
             z = block(z, attn_mask)
         return self.norm(z)  # (B, 1+N, D); rows of padded patches are meaningless
