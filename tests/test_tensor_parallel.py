@@ -10,8 +10,9 @@ from train import main
 
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
 
-# and vit: its plan trains under fsdp x tp in test_mesh.py (--tp 2 here until 5963eb2). Swin's plan also splits
-# an nn.Embedding (its relative position bias tables, by heads); its two runs cost about 45 s of CPU time
+# and vit: its plan trains under fsdp x tp in test_mesh.py (--tp 2 here until 5963eb2), and deit's is vit's plan on
+# vit's blocks (its two tokens are before the blocks). Swin's plan also splits an nn.Embedding (its relative position
+# bias tables, by heads); its two runs cost about 45 s of CPU time
 PAPERS = ("gpt", "swin", "transformer")
 SEQUENCE_PARALLEL = ("gpt",)  # pre-norm blocks (ViT's too: checked by this test until commit 0ae3cd1)
 # clipping small enough to act on every step; a checkpoint after step 2 for the resume
@@ -19,7 +20,8 @@ FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt
 
 
 def test_the_papers_with_a_plan():
-    assert sorted(name for name in list_papers() if get_paper(name).tp_plan) == sorted(PAPERS + ("vit",))
+    assert sorted(name for name in list_papers() if get_paper(name).tp_plan) == sorted(PAPERS + ("vit", "deit"))
+    assert get_paper("deit").tp_plan == get_paper("vit").tp_plan
 
 
 @pytest.fixture(scope="module")
