@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange, reduce
 
 from common.layers import ClassifierMixin
+from papers.vit.model import MLP  # the 2-layer MLP with GELU of Section 3.1 is ViT's
 
 MASKED = -100.0  # the released code's additive mask between regions: exp(-100) leaves no attention
 
@@ -106,19 +107,6 @@ class WindowAttention(nn.Module):
             attn = attn.view(-1, attn.shape[2], N, N)  # (B nW, h, N, N)
         a = attn.softmax(dim=-1) @ v  # (B nW, h, N, d)
         return self.dropout(self.W_o(rearrange(a, "b h n d -> b n (h d)")))  # (B nW, N, C)
-
-
-class MLP(nn.Module):
-    """The 2-layer MLP with GELU non-linearity in between (Section 3.1), dropout after each layer."""
-
-    def __init__(self, dim: int, hidden_dim: int, dropout: float = 0.0):
-        super().__init__()
-        self.fc1 = nn.Linear(dim, hidden_dim)
-        self.fc2 = nn.Linear(hidden_dim, dim)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.fc2(self.dropout(F.gelu(self.fc1(z)))))
 
 
 def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
