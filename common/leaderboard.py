@@ -87,11 +87,12 @@ def rank(results: list[dict], paper: str | None = None, dataset: str | None = No
          include_sweeps: bool = False) -> dict[tuple[str, str], list[dict]]:
     """{(task, dataset): results best first}; with best_only, each paper's best run; with epochs,
     only the runs of that many epochs (to compare papers trained alike); sweeps' runs only with
-    include_sweeps."""
+    include_sweeps; never a run evaluated on part of its test split (--eval-samples)."""
     tables: dict[tuple[str, str], list[dict]] = {}
     for r in results:
         if (paper and r["paper"] != paper) or (dataset and r["dataset"] != dataset) or (
-                epochs and r.get("epochs") != epochs) or (r.get("sweep") and not include_sweeps):
+                epochs and r.get("epochs") != epochs) or (r.get("sweep") and not include_sweeps) or (
+                (r.get("config") or {}).get("eval_samples")):  # evaluated on part of its test split
             continue
         tables.setdefault((r["task"], r["dataset"]), []).append(r)
     for key, rows in tables.items():

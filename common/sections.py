@@ -148,6 +148,10 @@ class Optimization:
 
 @dataclass
 class Evaluation:
+    eval_samples: int | None = opt(None, "evaluate on a fixed N of the test split's samples (the same for every run and "
+                                   "process count): a quick check, whose figures are not the data set's, so the "
+                                   "leaderboard leaves such runs out; default: the whole split", parse=positive_int,
+                                   metavar="N")
     beam: int = opt(1, "seq2seq: evaluate by beam search of this width (default 1: greedy)", parse=positive_int)
     length_penalty: float = opt(0.0, "beam search: rank by log p / ((5 + length) / 6)^ALPHA (the Transformer's 0.6; "
                                 "default 0)", parse=non_negative_float)

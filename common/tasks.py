@@ -21,10 +21,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.metrics import Accuracy, Mean, MeanSquaredError, Metrics, Sum
+from common.metrics import BLEU, Accuracy, Mean, MeanSquaredError, Metrics, Sum
 
 if TYPE_CHECKING:  # torchmetrics' package imports all of its metrics (torchvision, transformers): seconds, paid
-    from torchmetrics import Metric  # only by the tasks that use it (detection, seq2seq), when they build metrics
+    from torchmetrics import Metric  # only by the task that uses it (detection), when it builds its metrics
 
 
 def call(model: nn.Module, inputs):
@@ -279,8 +279,8 @@ class Seq2Seq(Task):
     targets shifted right behind <s> (teacher forcing): `model(src, src_lengths, tgt)` gives logits
     (B, T, V), trained by cross-entropy over the target tokens with padding ignored (and label
     smoothing, as the Transformer's). Evaluation decodes (common.decode: greedy, or beam search with
-    `beam` > 1 and the paper's length penalty) and scores corpus BLEU (torchmetrics' SacreBLEUScore,
-    sacrebleu's algorithm, 0 to 100 as papers report it; characters as tokens on character-level data,
+    `beam` > 1 and the paper's length penalty) and scores corpus BLEU (common.metrics.BLEU, torchmetrics'
+    SacreBLEUScore as sums: sacrebleu's algorithm, 0 to 100 as papers report it; characters as tokens on character-level data,
     sacrebleu's 13a tokenizer on words), the exact match of whole sequences, and the teacher-forced
     loss per target token with its perplexity. Facts: pad_id, bos_id, eos_id, itos (the vocabulary's
     strings), level ("char" or "word"), and where a data set states it, max_target_length (decoding
@@ -336,10 +336,8 @@ class Seq2Seq(Task):
         return ("" if self.facts.get("level", "word") == "char" else " ").join(out)
 
     def metrics(self) -> dict:
-        from torchmetrics.text import SacreBLEUScore
-
         tokenize = "char" if self.facts.get("level") == "char" else "13a"
-        return {"bleu": SacreBLEUScore(tokenize=tokenize), "exact_match": Mean(), "loss": Mean()}
+        return {"bleu": BLEU(tokenize=tokenize), "exact_match": Mean(), "loss": Mean()}
 
     def update(self, metrics: Metrics, outputs: dict, targets: torch.Tensor) -> None:
         hypotheses = [self.text(t) for t in outputs["tokens"]]

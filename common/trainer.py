@@ -231,6 +231,11 @@ class Trainer:
         self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
         if cfg.train_fraction < 1:
             self.train_set = Share(self.train_set, cfg.train_fraction)
+        if cfg.eval_samples is not None and cfg.eval_samples < len(self.test_set):
+            if self.env.is_main:
+                print(f"evaluating on {cfg.eval_samples} of the test split's {len(self.test_set)} samples "
+                      f"(--eval-samples): not a result for the leaderboard", flush=True)
+            self.test_set = Share(self.test_set, count=cfg.eval_samples)
         stats = data.preprocess(**options(cfg)) if data.preprocess else None  # the normalisation (randaug)
         transform = augment.transform(cfg.augment, self.facts.get("img_size", 0), self.train_set, stats)
         if transform is not None:  # training images only

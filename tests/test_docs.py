@@ -222,6 +222,8 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "validates and prints the\n  command lines.": "validates and prints the\n  command lines;\n- refuses, in one line and with exit code 2, to start on a checkout whose\n  tracked files have uncommitted changes: a run records the commit it ran,\n  and a result of code that no commit holds cannot be rerun. `--allow-dirty`\n  runs anyway and records `\"allow_dirty\": true` in each run's sweep tag\n  (the runs' commit then ends in `-dirty`, and the leaderboard marks it `*`).",
     "torch, git commit, wandb run id, the command line,": "torch, git commit its code came from (its last start's) and\n                     its first start's (each it resumed at, if others; \"-dirty\": uncommitted changes),\n                     wandb run id, the command line,",
     "--write README.md": "--write docs/leaderboard.md",
+    # BLEU as running sums of its own (common.metrics.BLEU), no longer torchmetrics' class
+    "(sacrebleu's, through torchmetrics)": "(sacrebleu's tokenizers and torchmetrics' rule, as running sums: `common.metrics.BLEU`)",
     "the leaderboard below shows its best seed": "the [leaderboard] shows its best seed",
     "first command reached": "first command of the [Quick start] reached",
     "after `python -m common.export --run` ([Export])": "after python -m common.export --run (see below)",

@@ -55,7 +55,7 @@ def test_augment_names_each_data_sets_own_augmentation():
 
 # every flag train.py had when its parser was written by hand, before the sections generated it
 FLAGS = """--ac --augment --batch-size --beam --block-size --bucketing --ckpt-every --clip-grad --compile
---compile-backend --compile-mode --data-dir --dataset --download --dp-replicate --dp-shard --epochs --flavor --gamma
+--compile-backend --compile-mode --data-dir --dataset --download --dp-replicate --dp-shard --epochs --eval-samples --flavor --gamma
 --gammas --grad-accum --hf-columns --hf-split --image-size --init --keep-ckpts --label-smoothing --length-penalty
 --list --log-every --lr --lr-scaling --max-steps --microbatches --milestones --model-kwargs --momentum --nesterov
 --nonfinite --nonfinite-patience --num-workers --optimizer --out --pad-multiple --paper --pp --pp-schedule

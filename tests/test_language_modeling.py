@@ -91,7 +91,7 @@ def test_gpt_under_ddp_and_fsdp_trains_what_one_process_trains_and_resumes_bitwi
     from train import main
 
     flags = ["--paper", "gpt", "--max-steps", "6", "--batch-size", "16", "--block-size", "64", "--ckpt-every", "3",
-             "--keep-ckpts", "5", "--wandb", "disabled", "--results-dir", str(tmp_path / "results")]
+             "--keep-ckpts", "5", "--wandb", "disabled", "--eval-samples", "64", "--results-dir", str(tmp_path / "results")]
     assert main(flags + ["--out", str(tmp_path / "single")]) == 0
     for strategy in ("ddp", "fsdp"):
         torchrun(flags + ["--strategy", strategy, "--out", str(tmp_path / strategy)], cwd=tmp_path)

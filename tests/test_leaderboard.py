@@ -43,6 +43,8 @@ def test_each_task_kind_ranks_its_own_way():
     assert [r["run_id"] for r in best["classification", "digits"]] == ["b", "c"]
     assert list(leaderboard.rank(RESULTS, paper="lstm")) == [("regression", "adding")]
     assert list(leaderboard.rank(RESULTS, dataset="digits")) == [("classification", "digits")]
+    partial = fake("f", "vit", 0.99, config={"paper": "vit", "eval_samples": 64})  # scored on 64 test samples
+    assert [r["run_id"] for r in leaderboard.rank(RESULTS + [partial])["classification", "digits"]] == ["b", "c", "a"]
 
 
 def test_top_keeps_the_first_rows_of_each_table(tmp_path, capsys):

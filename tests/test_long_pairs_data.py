@@ -126,7 +126,8 @@ def runs(tmp_path_factory):
     def make(out):
         for paper in ("gru", "bahdanau"):
             assert main(["--paper", paper, "--dataset", "long-pairs", "--max-steps", "2", "--batch-size", "16",
-                         "--wandb", "disabled", "--out", str(out / paper), "--results-dir", str(out / "results")]) == 0
+                         "--wandb", "disabled", "--eval-samples", "64", "--out", str(out / paper),
+                         "--results-dir", str(out / "results")]) == 0
 
     return made_once(tmp_path_factory, "long-pairs", make)
 

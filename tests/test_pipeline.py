@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of
 
 PAPERS = ("convnext", "deit", "gpt", "resnet", "resnext", "swin", "vgg", "vit")
 # clipping small enough to act on every step (its norm then spans both stages), a checkpoint after step 2
-FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
+FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled",
+         "--eval-samples", "64"]  # a fixed 64 of the test split: the runs compare, they score nothing
 GPT = ["--paper", "gpt", "--block-size", "32"]
 # GPT: its batch of 16 in 4 microbatches of 4 (2 processes: 4 through the pipe; 4 processes: 2 on each
 # of the 2 data-parallel pipelines), against one process accumulating 4 micro-steps of 4

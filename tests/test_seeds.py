@@ -9,7 +9,7 @@ import torch
 from scipy import stats
 
 from common import leaderboard, seeds
-from common.data import Share, get_dataset
+from common.data import Share, eval_loader, get_dataset
 from common.tracking import store_result
 from papers import get_paper
 from tests.conftest import load_json, torchrun
@@ -145,6 +145,22 @@ def test_a_fixed_share_of_the_training_split():
     a, b = Share(train, 0.3), Share(train, 0.3)
     assert a.indices == b.indices and len(a) == 3000 and set(Share(train, 0.1).indices) <= set(a.indices)
     assert a.sizes == [train.sizes[i] for i in a.indices]
+
+
+def test_eval_samples_scores_a_fixed_count_of_the_test_split_whatever_the_processes(tmp_path, capsys):
+    """--eval-samples N: the same N test samples for every run (a share of the split, drawn as
+    --train-fraction's), which each rank's share of them (eval_loader) covers once; said when the run starts."""
+    _, test = get_dataset("adding").load()
+    share = Share(test, count=64)
+    assert len(share) == 64 and share.indices == Share(test, count=64).indices and share.indices == sorted(share.indices)
+    assert set(Share(test, count=32).indices) <= set(share.indices) and len(Share(test, count=10**6)) == len(test)
+    ranks = [eval_loader(share, 16, rank, 2).dataset.indices for rank in (0, 1)]
+    assert sorted(ranks[0] + ranks[1]) == list(range(64))
+    run = tmp_path / "run"
+    assert main(["--paper", "lenet", "--max-steps", "1", "--eval-samples", "50", "--wandb", "disabled",
+                 "--out", str(run), "--results-dir", str(tmp_path / "results")]) == 0
+    assert "evaluating on 50 of the test split's 360 samples (--eval-samples)" in capsys.readouterr().out
+    assert load_json(run / "result.json")["config"]["eval_samples"] == 50
 
 
 # ---------------------------------------------------------------- the training accuracy

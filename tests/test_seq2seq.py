@@ -133,7 +133,8 @@ from tests.conftest import (bitwise_equal, interrupted_copy, load_json, made_onc
                             torchrun, weights)
 from train import main  # noqa: E402
 
-FEW_STEPS = ["--max-steps", "6", "--batch-size", "32", "--wandb", "disabled", "--bucketing", "size"]
+# a fixed 64 of the test split (--eval-samples): decoding all of it took most of a run's time
+FEW_STEPS = ["--max-steps", "6", "--batch-size", "32", "--wandb", "disabled", "--bucketing", "size", "--eval-samples", "64"]
 
 
 @pytest.fixture(scope="module")

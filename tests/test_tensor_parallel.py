@@ -16,7 +16,10 @@ pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of
 PAPERS = ("gpt", "swin", "transformer")
 SEQUENCE_PARALLEL = ("gpt",)  # pre-norm blocks (ViT's too: checked by this test until commit 0ae3cd1)
 # clipping small enough to act on every step; a checkpoint after step 2 for the resume
-FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled"]
+# a fixed 64 of the test split (--eval-samples): each run evaluates, which decoding the Transformer's whole split made
+# most of its time
+FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled",
+         "--eval-samples", "64"]
 
 
 def test_the_papers_with_a_plan():

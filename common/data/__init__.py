@@ -130,13 +130,13 @@ def options(cfg) -> dict:
 
 
 class Share(Subset):
-    """A fixed share of a data set (--train-fraction): the first k samples of a permutation drawn from a
-    fixed seed, kept in the data set's order, so that every run and seed trains on the same samples and
-    a smaller share is part of a larger one. Keeps `sizes` for bucketing."""
+    """A fixed share of a data set (--train-fraction; --eval-samples gives a count): the first k samples of a
+    permutation drawn from a fixed seed, kept in the data set's order, so that every run and seed trains on
+    the same samples and a smaller share is part of a larger one. Keeps `sizes` for bucketing."""
 
-    def __init__(self, dataset: Dataset, fraction: float):
+    def __init__(self, dataset: Dataset, fraction: float = 1.0, count: int | None = None):
         n = len(dataset)
-        k = max(1, round(fraction * n))
+        k = min(count, n) if count is not None else max(1, round(fraction * n))
         order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
         super().__init__(dataset, sorted(order[:k].tolist()))
         if hasattr(dataset, "sizes"):
