@@ -45,9 +45,10 @@ from common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 ALPHA = 0.05
-HOLDS, SMALLER, OPPOSITE, NO_EFFECT, NOT_DECIDED = (
-    "holds", "smaller than the paper's", "opposite", "no effect", "not decided")
-WEAKEST_FIRST = (OPPOSITE, NO_EFFECT, NOT_DECIDED, SMALLER, HOLDS)  # a claim's verdict: its weakest pair's
+HOLDS, SMALLER, OPPOSITE, NO_EFFECT, NOT_DECIDED, NOT_RUN = (
+    "holds", "smaller than the paper's", "opposite", "no effect", "not decided", "not run yet")
+# a claim's verdict: its weakest pair's; a pair with an arm whose sweep has not finished its seeds is not run yet
+WEAKEST_FIRST = (NOT_RUN, OPPOSITE, NO_EFFECT, NOT_DECIDED, SMALLER, HOLDS)
 PAIR = re.compile(r"\s*(.+?)\s+([<>=])\s+(.+?)\s*")
 KEYS = {"paper", "title", "statement", "where", "written", "metric", "reach", "file", "scale", "best_over",
         "paired", "arms", "claims", "stated_after_results", "part_of", "reading"}
@@ -83,6 +84,7 @@ class Hypothesis:
     spec: dict
     arms: dict
     claims: list[Claim]
+    planned: dict  # {arm: the seeds its sweep runs}: fewer runs in the store and its pairs are not run yet
 
     @property
     def paper_dir(self) -> Path:
@@ -141,10 +143,19 @@ def load(sweep_file: str | Path) -> Hypothesis:
         claims.append(Claim(str(c["label"]), str(c.get("says", "")), pairs, c.get("min_difference")))
     if not claims and not spec.get("part_of"):
         raise ConfigError(f"{where}: no claims (a sweep that only serves another's claim says part_of)")
+    planned = {}
     if not spec.get("file"):
         for arm, params in arms.items():
-            check_arm(where, arm, params, sweep if "sweep" not in params else sweep_named(path, params["sweep"]))
-    return Hypothesis(path, name, spec, arms, claims)
+            own = sweep if "sweep" not in params else sweep_named(path, params["sweep"])
+            check_arm(where, arm, params, own)
+            planned[arm] = seed_count(own)
+    return Hypothesis(path, name, spec, arms, claims, planned)
+
+
+def seed_count(sweep: dict) -> int:
+    """How many seeds a sweep file runs each combination with (1 where it names none)."""
+    p = (sweep.get("parameters") or {}).get("seed")
+    return 1 if not isinstance(p, dict) or "value" in p else len(p.get("values", [])) or 1
 
 
 def sweep_named(beside: Path, name: str) -> dict:
@@ -306,6 +317,8 @@ def judge(h: Hypothesis, results: list[dict]) -> list[Judged]:
         for c in compared:
             paper = c.pair.paper if c.pair.paper is None or not h.log else math.log(c.pair.paper)
             c.verdict = verdict(c.holm_low, c.holm_high, c.pair.op, paper, claim.min_difference)
+            if c.n[0] < h.planned.get(c.pair.a, 0) or c.n[1] < h.planned.get(c.pair.b, 0):
+                c.verdict = NOT_RUN  # the hypothesis is committed, its runs are not all in results/ yet
         out.append(Judged(claim, compared, min((c.verdict for c in compared), key=WEAKEST_FIRST.index)))
     return out
 

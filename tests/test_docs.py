@@ -222,6 +222,9 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "validates and prints the\n  command lines.": "validates and prints the\n  command lines;\n- refuses, in one line and with exit code 2, to start on a checkout whose\n  tracked files have uncommitted changes: a run records the commit it ran,\n  and a result of code that no commit holds cannot be rerun. `--allow-dirty`\n  runs anyway and records `\"allow_dirty\": true` in each run's sweep tag\n  (the runs' commit then ends in `-dirty`, and the leaderboard marks it `*`).",
     "torch, git commit, wandb run id, the command line,": "torch, git commit its code came from (its last start's) and\n                     its first start's (each it resumed at, if others; \"-dirty\": uncommitted changes),\n                     wandb run id, the command line,",
     "--write README.md": "--write docs/leaderboard.md",
+    # --eval-samples: a quick check's share of the test split, for the tests' equivalence runs
+    "| `--train-fraction F` | train on a fixed share of the training split: the same samples for every seed, a smaller share inside a larger one; the test split stays whole |":
+        "| `--train-fraction F` | train on a fixed share of the training split: the same samples for every seed, a smaller share inside a larger one; the test split stays whole |\n| `--eval-samples N` | evaluate on a fixed N of the test split's samples (drawn as `--train-fraction`'s: the same for every run and process count): a quick check, as the tests' equivalence runs use it; such a run is no result, and the leaderboard leaves it out |",
     # BLEU as running sums of its own (common.metrics.BLEU), no longer torchmetrics' class
     "(sacrebleu's, through torchmetrics)": "(sacrebleu's tokenizers and torchmetrics' rule, as running sums: `common.metrics.BLEU`)",
     "the leaderboard below shows its best seed": "the [leaderboard] shows its best seed",
