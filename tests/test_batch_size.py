@@ -67,6 +67,7 @@ def test_the_optimizer_trains_with_the_scaled_learning_rate_and_none_keeps_the_g
         assert lrs["sqrt"][step] == pytest.approx(0.5 * lrs["none"][step], rel=1e-9)
 
 
+@pytest.mark.slow  # trains, exports or compiles: the whole suite's, not the everyday lane's
 def test_a_larger_batch_gets_goyals_warmup_of_five_epochs(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["--paper", "resnet", "--batch-size", "256", "--epochs", str(WARMUP_EPOCHS + 1), "--log-every", "1",

@@ -3,6 +3,7 @@
 import warnings
 
 import numpy as np
+import pytest
 import torch
 
 from common.data import eval_loader, get_dataset, train_loader
@@ -69,6 +70,7 @@ def test_evaluation_shards_are_disjoint_and_cover_the_test_set():
     assert sorted(seen) == sorted(test.tensors[0].flatten(1).tolist())
 
 
+@pytest.mark.slow  # trains, exports or compiles: the whole suite's, not the everyday lane's
 def test_shapes_are_fixed_balanced_colour_images_that_a_linear_model_cannot_read():
     """The built-in colour data set: the same images every time, ten balanced classes, and hard
     enough that logistic regression on the pixels scores under 0.5 (chance: 0.1)."""

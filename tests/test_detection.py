@@ -233,6 +233,7 @@ def write_coco_of_many_sizes(folder, n_images=30):
     return folder
 
 
+@pytest.mark.slow  # trains, exports or compiles: the whole suite's, not the everyday lane's
 @pytest.mark.parametrize("paper", ["faster_rcnn", "detr"])
 def test_a_detection_run_in_size_buckets_resumed_mid_epoch_equals_the_uninterrupted_one(paper, tmp_path):
     """Faster R-CNN samples anchors and RoIs inside its forward, DETR matches inside its loss: a run

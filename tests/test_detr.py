@@ -301,6 +301,7 @@ def test_images_without_boxes_train(config):
         assert model.class_embed.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.slow  # trains, exports or compiles: the whole suite's, not the everyday lane's
 def test_detections_export_for_any_batch_and_image_size():
     """`detect` (fixed-shape tensors, no data-dependent control flow) under torch.export with a dynamic
     batch, height and width; the program then runs other batch sizes and odd image sizes."""

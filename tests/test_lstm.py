@@ -261,6 +261,7 @@ def test_classifier_cells():
         LSTMClassifier(INPUT, 3, HIDDEN, cell="gru")
 
 
+@pytest.mark.slow  # trains, exports or compiles: the whole suite's, not the everyday lane's
 def test_rnn_exports_to_onnx_for_any_length(tmp_path):
     """The RNN's loop becomes an ONNX Scan, as the LSTM's does: onnxruntime agrees on other lengths too."""
     from common import export

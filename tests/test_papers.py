@@ -93,6 +93,7 @@ def test_forward_shape_no_nan_and_every_parameter_gets_a_gradient(name):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
 
 
+@pytest.mark.slow  # trains, exports or compiles: the whole suite's, not the everyday lane's
 @pytest.mark.parametrize("name", PAPERS)
 def test_compile_runs_and_matches_eager(name):
     model, x, _, _ = default_batch(get_paper(name))

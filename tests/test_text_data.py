@@ -33,6 +33,7 @@ def test_bpe_is_trained_on_the_training_split_to_the_vocabulary_size_and_round_t
     assert len(train) == (len(bpe.encode(train_text)) - 1) // 32
 
 
+@pytest.mark.slow  # trains, exports or compiles: the whole suite's, not the everyday lane's
 def test_every_process_trains_the_same_bpe():
     """Each rank of a launch trains its own tokenizer: it must be the same one."""
     code = ("import hashlib; from common.data import text; "
