@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a short version: few steps and repeats, eager compile, "
                    "row a without its per-feature runs (about 5 minutes for the default papers on 2 cores)")
     p.add_argument("--smoke", action="store_true", help="the quickest: --quick with one step and one call per "
-                   "measurement, no warm-up, row g at batch 1 only; it shows that the rows run for these papers, its "
+                   "measurement, no warm-up, row g at batch 1 only, rows d and e at batch 4; it shows that the rows run for these papers, its "
                    "numbers mean nothing")
     p.add_argument("--target", type=float, default=0.95, help="row batch: the test metric to reach (default 0.95)")
     p.add_argument("--plot", help="row batch: where to draw its plot (PNG)")
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> str | int:
               f"(choose from: {', '.join(benched)})", file=sys.stderr)
         return 2
     bench_rows.WARM = not args.smoke
+    bench_rows.BATCH = 4 if args.smoke else 64
     args.quick = args.quick or args.smoke
     if args.quick:
         args.repeats, args.steps, args.iters, args.backend = 1, 1 if args.smoke else 4, 1 if args.smoke else 2, "eager"

@@ -46,6 +46,7 @@ def seconds(fn, n: int, device: torch.device) -> float:
 
 
 WARM = True  # --smoke: no warm-up calls
+BATCH = 64  # rows d and e's batch; --smoke: 4 (only that each row runs: bf16 without the CPU's support is slow)
 
 
 def alternate(a, b, repeats: int) -> tuple[float, float, float]:
@@ -254,7 +255,7 @@ def row_c(args, device) -> list[dict]:
 
 
 def _throughput_row(name, label, build, args, device, a_kwargs, b_kwargs, what):
-    model_a, inputs, targets, task = build(name, 64, device)
+    model_a, inputs, targets, task = build(name, BATCH, device)
     model_b = _copy(model_a)
     if a_kwargs.get("compile"):
         model_a.compile(backend=args.backend)
@@ -263,8 +264,8 @@ def _throughput_row(name, label, build, args, device, a_kwargs, b_kwargs, what):
     start = time.perf_counter()
     step_a()  # compiles, if it does
     first = time.perf_counter() - start
-    a, b, ratio = alternate(lambda: 64 / seconds(step_a, args.iters, device),
-                            lambda: 64 / seconds(step_b, args.iters, device), args.repeats)
+    a, b, ratio = alternate(lambda: BATCH / seconds(step_a, args.iters, device),
+                            lambda: BATCH / seconds(step_b, args.iters, device), args.repeats)
     note = f" (first step {first:.1f} s)" if a_kwargs.get("compile") else ""
     return row(what[0], f"{name} {label}: {what[1]}, samples/s{note}", f"{a:,.0f}", f"{b:,.0f}", ratio)
 

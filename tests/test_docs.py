@@ -415,6 +415,7 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "mechanism (overfitting on little data).": "mechanism (overfitting on little data). The same comparison on "
         "Fashion-MNIST (10%, 30% and 100% of its 60,000 images, 8 epochs) has its hypothesis committed and is not "
         "run yet.",
+    "row g at batch 1)": "row g at batch 1, rows d and e at batch 4)",  # --smoke's smaller batch
 }
 
 

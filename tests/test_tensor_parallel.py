@@ -20,6 +20,8 @@ SEQUENCE_PARALLEL = ("gpt",)  # pre-norm blocks (ViT's too: checked by this test
 # most of its time
 FLAGS = ["--max-steps", "4", "--batch-size", "16", "--clip-grad", "0.3", "--ckpt-every", "2", "--wandb", "disabled",
          "--eval-samples", "64"]
+# GPT at 32 positions (its tiny flavor's 256 made its three runs about 150 s of the suite), as test_pipeline.py's
+SIZE = {"gpt": ["--block-size", "32"]}
 
 
 def test_the_papers_with_a_plan():
@@ -32,11 +34,12 @@ def runs(tmp_path_factory) -> dict:
     """Each paper trained 4 steps in one process and with --tp 2 on 2 processes."""
     def make(out):
         for paper in PAPERS:
-            assert main(["--paper", paper, *FLAGS, "--out", str(out / f"{paper}-single")]) == 0
-            torchrun(["--paper", paper, *FLAGS, "--tp", "2", "--out", str(out / f"{paper}-tp")], cwd=out)
+            flags = ["--paper", paper, *SIZE.get(paper, []), *FLAGS]
+            assert main([*flags, "--out", str(out / f"{paper}-single")]) == 0
+            torchrun([*flags, "--tp", "2", "--out", str(out / f"{paper}-tp")], cwd=out)
         for paper in SEQUENCE_PARALLEL:
-            torchrun(["--paper", paper, *FLAGS, "--tp", "2", "--sequence-parallel", "--out", str(out / f"{paper}-sp")],
-                     cwd=out)
+            torchrun(["--paper", paper, *SIZE.get(paper, []), *FLAGS, "--tp", "2", "--sequence-parallel",
+                      "--out", str(out / f"{paper}-sp")], cwd=out)
 
     out = made_once(tmp_path_factory, "tp", make)
     return {paper: (out / f"{paper}-single", out / f"{paper}-tp", out / f"{paper}-sp") for paper in PAPERS}
