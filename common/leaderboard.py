@@ -9,6 +9,7 @@
     python -m common.leaderboard --source wandb --project ENTITY/PROJECT
     python -m common.leaderboard --plot curves.png --runs RUN_ID ...
     python -m common.leaderboard --plot points.png --dataset D [--epochs N]
+    python -m common.leaderboard --plot wall.png --wall-curves SWEEP ... --curve eval/accuracy
 
 Results come from the local store (results/, one JSON file per finished run,
 written by the trainer) or from a wandb project's finished runs, whose
@@ -411,6 +412,43 @@ def plot(out: Path, runs: list[str], results_dir: str | Path) -> None:
     fig.savefig(out, dpi=120)
 
 
+def wall_points(run: dict, curve: str) -> list[tuple[float, float]]:
+    """A run's curve against wall time: each point's step at the run's mean rate (wall_s x step / steps), the
+    result keeping no clock per point."""
+    points = (run.get("curves") or {}).get(curve)
+    if not points:
+        raise ConfigError(f"run {run['run_id']} has no curve {curve}; its curves: {', '.join(run.get('curves') or {})}")
+    return [(run["wall_s"] * step / run["steps"] / 60, value) for step, value in points]
+
+
+def plot_wall(out: Path, results: list[dict], sweeps: list[str], curve: str) -> None:
+    """--wall-curves: each sweep's curve against wall time in minutes, the mean over its seeds at each logged
+    step (every run of one sweep logs at the same steps) at the mean of their wall times; the seeds' runs thin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name in sweeps:
+        runs, fixed = sweep_runs(results, name)
+        lines = [wall_points(r, curve) for r in runs]
+        color = ax.plot([], [])[0].get_color()
+        for line in lines:
+            ax.plot(*zip(*line), color=color, alpha=0.25, linewidth=0.8)
+        n = min(len(line) for line in lines)
+        mean = [(sum(line[i][0] for line in lines) / len(lines), sum(line[i][1] for line in lines) / len(lines))
+                for i in range(n)]
+        label = f"{runs[0]['paper']} {runs[0]['flavor']}: {mean[-1][1]:.4f} (mean of {len(runs)})"
+        ax.plot(*zip(*mean), color=color, marker="o", markersize=3, label=label)
+    ax.set(xlabel="wall time, minutes (each run's steps at its mean rate)", ylabel=curve,
+           title=f"{curve} against wall time, {runs[0]['dataset']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
 def scatter(out: Path, tables: dict[tuple[str, str], list[dict]]) -> None:
     """One table's runs as points: the metric against the parameter count, and against training samples/s."""
     import matplotlib
@@ -461,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--where", metavar="PARAM=VALUE[,PARAM=VALUE]",
                    help="with --sweep: only the combinations with these values (a --versus at one setting of "
                         "the others, e.g. --versus paper --where train-fraction=0.1)")
-    p.add_argument("--curve", default="train/loss", help="with --sweep --plot: the curve drawn (default train/loss)")
+    p.add_argument("--curve", default="train/loss", help="with --sweep --plot or --wall-curves: the curve drawn (default "
+                                                     "train/loss)")
     p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table")
     p.add_argument("--write", type=Path, help="replace the leaderboard section of this file (a sweep's own section "
                                               "with --sweep)")
@@ -470,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "else one table's runs as points, the metric against parameters and against training "
                         "samples/s")
     p.add_argument("--runs", nargs="+", default=[], help="run ids or run directories, with --plot")
+    p.add_argument("--wall-curves", nargs="+", default=[], metavar="SWEEP",
+                   help="with --plot: each sweep's --curve (e.g. eval/accuracy) against wall time, the mean over its "
+                        "seeds")
     return p
 
 
@@ -520,6 +562,8 @@ def main(argv: list[str] | None = None, api=None) -> int:
             raise ConfigError(f"--top {args.top}: give the number of rows to keep, 1 or more")
         if (args.metric or args.reach or args.versus or args.where) and not args.sweep:
             raise ConfigError("--metric, --reach, --versus and --where score a sweep's runs: add --sweep NAME")
+        if args.wall_curves and not args.plot:
+            raise ConfigError("--wall-curves goes with --plot FILE")
         if args.plot and args.runs:
             plot(args.plot, args.runs, args.results_dir)
             print(f"wrote {args.plot}")
@@ -527,7 +571,10 @@ def main(argv: list[str] | None = None, api=None) -> int:
         if args.source == "wandb" and not args.project:
             raise ConfigError("--source wandb needs --project ENTITY/PROJECT")
         results = wandb_results(args.project, api) if args.source == "wandb" else local_results(args.results_dir)
-        if args.sweep:
+        if args.wall_curves:
+            plot_wall(args.plot, results, args.wall_curves, args.curve)
+            text = None
+        elif args.sweep:
             text = sweep_main(args, results)
         else:
             tables = rank(results, args.paper, args.dataset, args.best_only, args.epochs, args.include_sweeps)

@@ -237,3 +237,29 @@ def test_a_result_records_the_code_its_processes_started_at():
     assert moved == {"commit": "b" * 40 + "-dirty", "commit_at_start": "a" * 40, "commits": ["a" * 40, "b" * 40 + "-dirty"],
                      "checkout_at_end": "c" * 40}
     assert short_commit(moved) == "aaaaaaa..bbbbbbb*"
+
+
+def test_wall_curves_draw_each_sweeps_curve_against_minutes(tmp_path, capsys):
+    """--wall-curves: each logged step at the run's mean rate (a run of 600 s and 100 steps puts step 50 at
+    5 minutes); one line per sweep, its seeds' mean; refusals in one line."""
+    store = tmp_path / "results"
+    store.mkdir()
+    for name, paper, wall in (("fast", "resnet", 600.0), ("slow", "vit", 1200.0)):
+        for seed in (0, 1):
+            run = fake(f"{name}-{seed}", paper, 0.9, wall_s=wall, steps=100, sweep={"name": name, "combination":
+                       {"paper": paper, "seed": seed}}, curves={"eval/accuracy": [[50, 0.8 + seed / 100], [100, 0.9]]})
+            (store / f"{name}-{seed}.json").write_text(json.dumps(run))
+    assert leaderboard.wall_points(json.loads((store / "fast-0.json").read_text()), "eval/accuracy") == [
+        (5.0, 0.8), (10.0, 0.9)]
+    out = tmp_path / "wall.png"
+    assert leaderboard.main(["--results-dir", str(store), "--plot", str(out), "--wall-curves", "fast", "slow",
+                             "--curve", "eval/accuracy"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    capsys.readouterr()
+    assert leaderboard.main(["--results-dir", str(store), "--wall-curves", "fast"]) == 2
+    assert "--wall-curves goes with --plot FILE" in capsys.readouterr().err
+    assert leaderboard.main(["--results-dir", str(store), "--plot", str(out), "--wall-curves", "fast",
+                             "--curve", "train/loss"]) == 2
+    assert "run fast-0 has no curve train/loss; its curves: eval/accuracy" in capsys.readouterr().err
+    assert leaderboard.main(["--results-dir", str(store), "--plot", str(out), "--wall-curves", "none"]) == 2
+    assert "no runs of a sweep named 'none'" in capsys.readouterr().err
