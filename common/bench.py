@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a short version: few steps and repeats, eager compile, "
                    "row a without its per-feature runs (about 5 minutes for the default papers on 2 cores)")
     p.add_argument("--smoke", action="store_true", help="the quickest: --quick with one step and one call per "
-                   "measurement, no warm-up, row g at batch 1 only, rows d and e at batch 4; it shows that the rows run for these papers, its "
-                   "numbers mean nothing")
+                   "measurement, no warm-up, row g at batch 1 only, rows d and e at batch 4; it shows that the rows "
+                   "run for these papers, its numbers mean nothing")
     p.add_argument("--target", type=float, default=0.95, help="row batch: the test metric to reach (default 0.95)")
     p.add_argument("--plot", help="row batch: where to draw its plot (PNG)")
     return p

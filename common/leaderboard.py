@@ -431,7 +431,7 @@ def plot_wall(out: Path, results: list[dict], sweeps: list[str], curve: str) -> 
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name in sweeps:
-        runs, fixed = sweep_runs(results, name)
+        runs, _ = sweep_runs(results, name)
         lines = [wall_points(r, curve) for r in runs]
         color = ax.plot([], [])[0].get_color()
         for line in lines:
