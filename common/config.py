@@ -13,6 +13,7 @@ optimizer (common.optim), the model, the mesh (common.mesh), tensor parallelism
 import argparse
 import dataclasses
 import json
+import re
 import os
 import types
 import typing
@@ -196,7 +197,10 @@ def resolve(flags: dict) -> TrainConfig:
         flags = flags | {"flavor": architecture_name(flags["init"])}
     values = {**spec.defaults, **recipe}
     lr_batch = {"lr_batch": values.get("batch_size", TrainConfig.batch_size)}  # the batch --lr is meant for
-    return TrainConfig.from_dict({**lr_batch, **values, **flags})
+    merged = {**lr_batch, **values, **flags}
+    if "{seed}" in (merged.get("init") or ""):  # each seed of a sweep from the run of its own seed
+        merged["init"] = merged["init"].replace("{seed}", str(merged.get("seed", TrainConfig.seed)))
+    return TrainConfig.from_dict(merged)
 
 
 # ---------------------------------------------------------------- checks
@@ -317,8 +321,15 @@ def check_model(spec, cfg: TrainConfig, data, facts: dict, variable: bool):
             raise ConfigError(f"{spec.name} {cfg.flavor} with --model-kwargs {describe_kwargs(cfg.model_kwargs)}: "
                               f"{' '.join(str(e).split())}") from None
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
+    if cfg.init_tensors is not None:
+        if cfg.init is None or not is_run(cfg.init):
+            raise ConfigError(f"--init-tensors picks tensors of a run to start from; give that run as --init RUN_DIR")
+        try:
+            re.compile(cfg.init_tensors)
+        except re.error as e:
+            raise ConfigError(f"--init-tensors {cfg.init_tensors}: not a regular expression ({e})") from None
     if cfg.init is not None and is_run(cfg.init):
-        check_run(spec, cfg.init, model, facts, _run_facts(cfg.init))
+        check_run(spec, cfg.init, model, facts, _run_facts(cfg.init), only=cfg.init_tensors)
     multiple = getattr(model, "input_multiple", 1)
     if variable and facts.get("size_multiple", 1) % multiple:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} needs image sides that are multiples of {multiple}, "

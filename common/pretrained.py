@@ -266,10 +266,18 @@ def _run_weights(spec, init: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
         raise ConfigError(f"--init {init}: cannot read {file} as safetensors: {_one_line(e)}") from e
 
 
-def _fitting(model: nn.Module, shapes: dict[str, tuple[int, ...]], init: str, file: Path) -> tuple[list, list]:
-    """The model's tensors that the file holds by name and shape, and the others; ConfigError if none fits."""
+def _fitting(model: nn.Module, shapes: dict[str, tuple[int, ...]], init: str, file: Path,
+             only: str | None = None) -> tuple[list, list]:
+    """The model's tensors that the file holds by name and shape (and whose names match `only` in full, where
+    given: --init-tensors), and the others; ConfigError if none fits."""
     own = model.state_dict()
     fits = [k for k, t in own.items() if shapes.get(k) == tuple(t.shape)]
+    if only is not None:
+        picked = [k for k in fits if re.fullmatch(only, k)]
+        if not picked:
+            raise ConfigError(f"--init-tensors {only}: none of the {len(fits)} tensors of {file} that fit this model "
+                              f"matches ({', '.join(fits[:4])}{', ...' if len(fits) > 4 else ''})")
+        return picked, [k for k in own if k not in picked]
     if not fits:
         raise ConfigError(f"--init {init}: none of the {len(shapes)} tensors of {file} fits this model by name and "
                           f"shape (the model's: {', '.join(list(own)[:3])}, ...; the file's: "
@@ -282,13 +290,14 @@ def _vocabulary(facts: dict):
     return (facts.get("level"), facts.get("itos"), facts.get("tokenizer")) if "vocab_size" in facts else None
 
 
-def check_run(spec, init: str, model: nn.Module, facts: dict, theirs: tuple[dict, str] | None = None) -> None:
+def check_run(spec, init: str, model: nn.Module, facts: dict, theirs: tuple[dict, str] | None = None,
+              only: str | None = None) -> None:
     """--init RUN_DIR's checks, before a run starts (model may be on the meta device): a finished run of
     this paper, a tensor that fits, and, where both are token data, the same tokens: theirs is the run's
     data set's facts and what it read (its data set and tokenizer, for the message), as common.config
     reads them from the run's config; None where it no longer reads."""
     file, shapes = _run_weights(spec, init)
-    _fitting(model, shapes, init, file)
+    _fitting(model, shapes, init, file, only)
     if theirs is None:
         return
     their_facts, read = theirs
@@ -298,13 +307,14 @@ def check_run(spec, init: str, model: nn.Module, facts: dict, theirs: tuple[dict
                           f"pre-train on this data set's tokenizer")
 
 
-def load_from_run(model: nn.Module, spec, init: str) -> list[str]:
-    """--init RUN_DIR: every tensor of model that the run's model.safetensors holds by name and shape, copied
-    in (the rest keep their initialisation). Returns the note line saying what was loaded and left new."""
+def load_from_run(model: nn.Module, spec, init: str, only: str | None = None) -> list[str]:
+    """--init RUN_DIR: every tensor of model that the run's model.safetensors holds by name and shape (and, with
+    --init-tensors, whose name matches `only` in full), copied in (the rest keep their initialisation).
+    Returns the note line saying what was loaded and left new."""
     from safetensors.torch import load_file
 
     file, shapes = _run_weights(spec, init)
-    fits, new = _fitting(model, shapes, init, file)
+    fits, new = _fitting(model, shapes, init, file, only)
     state = load_file(file, device="cpu")
     with torch.no_grad():
         model.load_state_dict({k: state[k] for k in fits}, strict=False)

@@ -46,7 +46,12 @@ class Model:
     init: str | None = opt(None, "start from a reference model's pretrained weights: timm:NAME, torchvision:NAME, or "
                            "either as SOURCE:NAME@FILE (it takes the place of --flavor); or from a finished run of the "
                            "same paper, RUN_DIR: the tensors of --flavor's model that its model.safetensors holds by "
-                           "name and shape (a pre-trained body; a new head stays new)", metavar="REF")
+                           "name and shape (a pre-trained body; a new head stays new); a {seed} in RUN_DIR is this "
+                           "run's --seed (a sweep's runs each start from the run of their own seed)", metavar="REF")
+    init_tensors: str | None = opt(None, "with --init RUN_DIR: copy only the run's tensors whose names match this "
+                                   "regular expression in full; the others keep their initialisation (VGG's deeper "
+                                   "nets from net A: 'blocks\\.[01]\\.0\\..+|blocks\\.2\\.[02]\\..+|fc[678]\\..+')",
+                                   metavar="REGEX")
     model_kwargs: dict = opt(help="override the flavor's constructor arguments, each value a Python literal or a "
                              "plain string (activation=tanh shortcut=none hidden_size=64)", factory=dict,
                              action=ModelKwargs, nargs="+", metavar="KEY=VALUE")

@@ -201,7 +201,7 @@ class Trainer:
         (into timm's or torchvision's cache), then the other ranks read them; a failure stops every rank.
         --init RUN_DIR: every rank reads the run's tensors that fit into the model it built."""
         if is_run(self.cfg.init):
-            notes = load_from_run(self.model, self.spec, self.cfg.init)
+            notes = load_from_run(self.model, self.spec, self.cfg.init, self.cfg.init_tensors)
             if self.env.is_main:
                 print(*notes, sep="\n", flush=True)
             return

@@ -25,6 +25,8 @@ def stand_in_runs(path: Path, results: Path) -> None:
 
     for params in sweep.combinations(sweep.load(path)):
         init = params.get("init")
+        if isinstance(init, str):
+            init = init.replace("{seed}", str(params.get("seed", 0)))  # each seed's own run (train.py's --init)
         if isinstance(init, str) and is_run(init) and not Path(init).exists():
             assert main(["--paper", params["paper"], "--max-steps", "1", "--out", init, "--wandb", "disabled",
                          "--results-dir", str(results)]) == 0

@@ -430,6 +430,13 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "bottlenecks, Fashion-MNIST: not run yet; (b) shortcuts between bottlenecks, Fashion-MNIST: not run yet**",
     "in the paper's order but within the seeds' spread.": "in the paper's order but within the seeds' spread. The "
         "four variants on Fashion-MNIST (all 60,000 images, 8 epochs) have their hypothesis committed and are not run yet.",
+    # --init RUN_DIR and --init-tensors: a row of their own under --init REF
+    "| `--init REF` | start from a reference's pretrained weights instead of a flavor (see [Fine-tuning]) |\n":
+        "| `--init REF` | start from a reference's pretrained weights instead of a flavor (see [Fine-tuning]) |\n"
+        "| `--init RUN_DIR`, `--init-tensors REGEX` | start from a finished run of the same paper: every tensor of "
+        "`--flavor`'s model that the run's model.safetensors holds by name and shape, or with `--init-tensors` only those "
+        "whose names match the regular expression in full (the others keep their initialisation); a `{seed}` in RUN_DIR "
+        "is the run's own `--seed`, so that each seed of a sweep starts from the run of its seed (see [Fine-tuning]) |\n",
 }
 
 

@@ -62,6 +62,7 @@ FLAGS = """--ac --augment --batch-size --beam --block-size --bucketing --ckpt-ev
 --precision --profile --recipe --rerun --results-dir --resume --schedule --seed --seq-len --sequence-parallel
 --strategy --time-limit --tokenizer --tp --train-fraction --vocab-size --wandb --wandb-project --warmup-steps
 --weight-decay""".split() + "--teacher --distillation --distillation-tau --distillation-lambda".split()  # DeiT's
+FLAGS += ["--init-tensors"]  # VGG's deeper nets from net A's layers
 COMMANDS = {"--list", "--rerun", "--resume"}  # what to do, not config fields
 
 
