@@ -159,13 +159,15 @@ def seed_count(sweep: dict) -> int:
 
 
 def sweep_named(beside: Path, name: str) -> dict:
-    """The sweep file of that name in the same claims folder."""
+    """The sweep file of that name in the same claims folder, or in the repository's sweeps/ (a paper's
+    Fashion-MNIST sweep, whose runs are one arm of a claim)."""
     import yaml
 
-    for other in sweep_files(beside.parent.parent.parent.parent):
-        if other.parent == beside.parent and yaml.safe_load(other.read_text()).get("name") == name:
+    root = beside.parent.parent.parent.parent
+    for other in [p for p in sweep_files(root) if p.parent == beside.parent] + sorted((root / "sweeps").glob("*.yaml")):
+        if yaml.safe_load(other.read_text()).get("name") == name:
             return yaml.safe_load(other.read_text())
-    raise ConfigError(f"{beside}: no sweep named {name} beside it")
+    raise ConfigError(f"{beside}: no sweep named {name} beside it nor in sweeps/")
 
 
 def check_arm(where: Path, arm: str, params: dict, sweep: dict) -> None:
@@ -388,14 +390,24 @@ def by_paper(all_judged: list[tuple[Hypothesis, list[Judged]]]) -> dict[str, lis
 
 
 def readme_table(all_judged) -> str:
+    """One row a paper. The front door keeps it short: the title of its first claim that has run, the verdicts
+    of the claims whose runs are in, and a count of those committed but not run yet (their labels and titles
+    are in the notes and docs/claims.md)."""
     rows = ["| paper | the claim | verdict (`python -m common.claims verdict --all`) |", "|---|---|---|"]
     for name, items in by_paper(all_judged).items():
         if not any(js for _, js in items):
             continue
         h = items[0][0]
-        titles = list(dict.fromkeys(i.spec["title"] for i, js in items if js))
+        ran = [(i, [j for j in js if j.verdict != NOT_RUN]) for i, js in items]
+        ran = [(i, js) for i, js in ran if js]
+        waiting = sum(j.verdict == NOT_RUN for _, js in items for j in js)
+        titles = [i.spec["title"] for i, js in (ran or items) if js][:1]  # the paper's first; the note has the others
+        done = [j for _, js in ran for j in js]
+        said = done[0].verdict if len(done) == 1 and not waiting else "; ".join(f"{j.claim.label}: {j.verdict}" for j in done)
+        verdict = "; ".join(filter(None, [said,
+                                          f"{waiting} {'claim' if waiting == 1 else 'claims'} not run yet" if waiting else ""]))
         rows.append(f"| [{h.spec['paper']}](papers/{name}/README.md#the-claim-tested) | {'; '.join(titles)} | "
-                    f"{paper_verdict(items)} |")
+                    f"{verdict} |")
     return "\n".join(rows)
 
 

@@ -30,6 +30,12 @@ def stand_in_runs(path: Path, results: Path) -> None:
         if isinstance(init, str) and is_run(init) and not Path(init).exists():
             assert main(["--paper", params["paper"], "--max-steps", "1", "--out", init, "--wandb", "disabled",
                          "--results-dir", str(results)]) == 0
+        teacher = params.get("teacher")  # DeiT's: a run of the sweep its folder is named after (runs/<sweep>/...)
+        if isinstance(teacher, str) and not Path(teacher).exists():
+            (made,) = [s for s in map(sweep.load, SWEEPS) if s.name == Path(teacher).parent.name]
+            (its,) = sweep.combinations(made)
+            assert main(["--paper", its["paper"], "--dataset", its["dataset"], "--max-steps", "1", "--eval-samples",
+                         "64", "--out", teacher, "--wandb", "disabled", "--results-dir", str(results)]) == 0
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: str(p.relative_to(ROOT)))

@@ -118,6 +118,30 @@ def test_an_arm_that_names_no_value_of_the_sweep_is_refused(tmp_path):
     assert claims.main(["verdict"]) == 2
 
 
+def test_an_arm_may_be_the_runs_of_a_sweep_in_sweeps(tmp_path):
+    """Swin's shifted arm is its Fashion-MNIST sweep's runs (sweeps/fashion-mnist-swin.yaml): an arm's
+    `sweep:` is found in the claims folder or in sweeps/, and its runs are that sweep's."""
+    made_up(tmp_path, one_pair_claims([("up > base", None, None)]))
+    folder = tmp_path / "papers" / "made" / "claims"
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "default.yaml").write_text(SWEEP.replace("name: made-up", "name: default-runs"))
+    (folder / "made-up.hypothesis.yaml").write_text(
+        "paper: Made\ntitle: made up\nmetric: accuracy\narms:\n  default: {sweep: default-runs, arm: up}\n"
+        "  base: {arm: base}\nclaims:\n" + one_pair_claims([("default > base", None, None)]))
+    h = claims.load(folder / "made-up.yaml")
+    (j,) = verdicts(tmp_path, h)
+    assert j.verdict == "not run yet" and j.pairs[0].n == (0, 3)  # no run of default-runs yet
+    for seed, v in enumerate(VALUES["up"]):
+        r = {"run_id": f"default-{seed}", "paper": "lenet", "metric": "accuracy", "final": v,
+             "sweep": {"name": "default-runs", "combination": {"paper": "lenet", "arm": "up", "seed": seed}}}
+        (tmp_path / "results" / f"default-{seed}.json").write_text(json.dumps(r))
+    (j,) = verdicts(tmp_path, h)
+    assert j.verdict == "holds" and j.pairs[0].n == (3, 3)
+    (tmp_path / "sweeps" / "default.yaml").unlink()
+    with pytest.raises(ConfigError, match="no sweep named default-runs beside it nor in sweeps/"):
+        claims.load(folder / "made-up.yaml")
+
+
 @pytest.fixture(scope="module")
 def judged():
     return claims.judge_all(claims.sweep_files(), ROOT / "results")
