@@ -13,8 +13,8 @@ optimizer (common.optim), the model, the mesh (common.mesh), tensor parallelism
 import argparse
 import dataclasses
 import json
-import re
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -323,7 +323,7 @@ def check_model(spec, cfg: TrainConfig, data, facts: dict, variable: bool):
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} cannot train on {data.name}: {e}") from None
     if cfg.init_tensors is not None:
         if cfg.init is None or not is_run(cfg.init):
-            raise ConfigError(f"--init-tensors picks tensors of a run to start from; give that run as --init RUN_DIR")
+            raise ConfigError("--init-tensors picks tensors of a run to start from; give that run as --init RUN_DIR")
         try:
             re.compile(cfg.init_tensors)
         except re.error as e:
