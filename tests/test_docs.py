@@ -439,6 +439,9 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "layers (-0.068 training error, Holm's interval -0.125 to -0.011), the paper's plain-specific degradation, "
         "while plain-56 is still 0.125 above plain-20 (0.087 to 0.164); residual-56 does not yet beat residual-20 "
         "(+0.062, 0.013 to 0.112: opposite) after 936 steps, both curves still falling.",
+    # ViT's Fashion-MNIST claim: its first claim decided by the runs in
+    "ResNet ahead on little Fashion-MNIST: not run yet; ViT overtakes on all of Fashion-MNIST: not run yet**":
+        "ResNet ahead on little Fashion-MNIST: holds; ViT overtakes on all of Fashion-MNIST: not run yet**",
     # --init RUN_DIR and --init-tensors: a row of their own under --init REF
     "| `--init REF` | start from a reference's pretrained weights instead of a flavor (see [Fine-tuning]) |\n":
         "| `--init REF` | start from a reference's pretrained weights instead of a flavor (see [Fine-tuning]) |\n"
