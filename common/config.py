@@ -330,11 +330,44 @@ def check_model(spec, cfg: TrainConfig, data, facts: dict, variable: bool):
             raise ConfigError(f"--init-tensors {cfg.init_tensors}: not a regular expression ({e})") from None
     if cfg.init is not None and is_run(cfg.init):
         check_run(spec, cfg.init, model, facts, _run_facts(cfg.init), only=cfg.init_tensors)
+    if not variable:
+        check_image_size(spec, cfg, model, facts)
     multiple = getattr(model, "input_multiple", 1)
     if variable and facts.get("size_multiple", 1) % multiple:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} needs image sides that are multiples of {multiple}, "
                           f"but {data.name}'s sides are multiples of {facts.get('size_multiple', 1)}")
     return model
+
+
+# what a convolution or pooling says of an input smaller than its window (torch's shape checks, also on meta)
+TOO_SMALL = ("Kernel size can't be greater than actual input size", "Output size is too small")
+
+
+def check_image_size(spec, cfg: TrainConfig, model, facts: dict) -> None:
+    """An image classifier run once on the meta device (nothing computed) at the data set's fixed image size:
+    an image its stages shrink to nothing (ConvNeXt's ResNet stem at 28x28, say) is one line here rather than a
+    traceback from the first step. Errors other than a size the model refuses are left to the run."""
+    import torch
+
+    size, chans = facts.get("img_size"), facts.get("in_chans")
+    if spec.inputs != "image" or spec.for_flavor(cfg.flavor).task != "classification" or not size or not chans:
+        return
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    training = model.training
+    try:
+        model.eval()
+        with torch.device("meta"), torch.no_grad():
+            model(torch.empty(2, chans, h, w))
+    except NotImplementedError:
+        return
+    except (ValueError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and not any(s in str(e) for s in TOO_SMALL):
+            return
+        given = f" with --model-kwargs {describe_kwargs(cfg.model_kwargs)}" if cfg.model_kwargs else ""
+        raise ConfigError(f"{spec.name} {cfg.flavor}{given} cannot take {h}x{w} images: "
+                          f"{' '.join(str(e).split())}") from None
+    finally:
+        model.train(training)
 
 
 def check_out(cfg: TrainConfig, resuming: bool) -> None:

@@ -6,8 +6,11 @@ import sys
 
 import pytest
 
-from common.config import TrainConfig, build_parser, resolve, validate
+import torch
+
+from common.config import TrainConfig, build_parser, check_image_size, resolve, validate
 from common.errors import ConfigError
+from papers import get_paper
 from tests.conftest import ROOT, load_json
 from train import main
 
@@ -103,6 +106,21 @@ def test_out_folder_holding_a_run_is_not_overwritten(capsys, tmp_path):
     assert_one_clean_line(code, capsys.readouterr().err, [str(run), "already holds a run"])
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "result.json"]
     assert load_json(run / "result.json") == {"final": 0.99}
+
+
+def test_an_image_the_model_shrinks_to_nothing_is_refused_before_the_run(capsys, tmp_path):
+    """ConvNeXt's ResNet stem (a quarter of the side) and three 2x2 downsamplings cannot take 28x28 images: one
+    line naming the size and the switch, nothing written; the patchify stem, at the same size, passes the check."""
+    out = tmp_path / "run"
+    code = main(["--paper", "convnext", "--model-kwargs", "stem=resnet", "--out", str(out), "--wandb", "disabled"])
+    assert_one_clean_line(code, capsys.readouterr().err, ["convnext tiny", "stem=resnet", "28x28 images",
+                                                          "Kernel size"])
+    assert not out.exists()
+    spec, cfg = get_paper("convnext"), resolve(vars(build_parser().parse_args(["--paper", "convnext"])))
+    with torch.device("meta"):
+        model = spec.build_for_data("tiny", dict(num_classes=10, in_chans=1))
+    check_image_size(spec, cfg, model, dict(num_classes=10, in_chans=1, img_size=28))
+    assert model.training  # put back as it was
 
 
 def test_no_traceback_from_the_real_command():
