@@ -16,10 +16,10 @@ written by the trainer) or from a wandb project's finished runs, whose
 summaries hold the same fields. The ranking tables leave out the runs of
 sweeps (common.sweep), which are one experiment's parts: `--sweep NAME` shows
 one sweep, a row per combination with the mean, standard deviation, n and 95%
-interval over its seeds (common.seeds), and `--include-sweeps` ranks them with
-the others. --write replaces only the lines between `<!-- leaderboard:start -->`
+interval over its seeds (common.seeds) (`--sweep A B`: two sweeps' runs together,
+a claim's arms in two files), and `--include-sweeps` ranks them with the others. --write replaces only the lines between `<!-- leaderboard:start -->`
 and `<!-- leaderboard:end -->` in a file (for a sweep, `<!-- leaderboard:NAME:start -->`
-and `<!-- leaderboard:NAME:end -->`).
+and `<!-- leaderboard:NAME:end -->`; for several, NAME is theirs joined by +).
 """
 
 import argparse
@@ -269,18 +269,22 @@ class Measure:
         return seeds.reach(r, *self.reach) if self.reach else seeds.value(r, self.metric)
 
 
-def sweep_runs(results: list[dict], name: str) -> tuple[list[dict], dict]:
-    """A sweep's runs, and the parameters that have one value in all of them (shown once, not per row)."""
-    runs = [r for r in results if (r.get("sweep") or {}).get("name") == name]
-    if not runs:
+def sweep_runs(results: list[dict], name: str | list[str]) -> tuple[list[dict], dict]:
+    """A sweep's runs (or those of several sweeps, one experiment's parts: a claim's arms in two files), and the
+    parameters that have one value in all of them (shown once, not per row)."""
+    wanted = [name] if isinstance(name, str) else list(name)
+    runs = [r for r in results if (r.get("sweep") or {}).get("name") in wanted]
+    found = {r["sweep"]["name"] for r in runs}
+    if missing := [n for n in wanted if n not in found]:
         names = sorted({r["sweep"]["name"] for r in results if r.get("sweep")})
-        raise ConfigError(f"no runs of a sweep named '{name}' in the results; sweeps there: {', '.join(names) or 'none'}")
+        raise ConfigError(f"no runs of a sweep named '{missing[0]}' in the results; sweeps there: "
+                          f"{', '.join(names) or 'none'}")
     params = [r["sweep"].get("combination", {}) for r in runs]
     fixed = {k: v for k, v in params[0].items() if k != "seed" and all(p.get(k, k) == v for p in params)}
     return runs, fixed
 
 
-def sweep_groups(results: list[dict], name: str, measure: Measure) -> list[tuple[dict, list[dict], list[float]]]:
+def sweep_groups(results: list[dict], name: str | list[str], measure: Measure) -> list[tuple[dict, list[dict], list[float]]]:
     """(combination without the seed and the fixed parameters, its runs, their numbers) of a sweep, best
     first by the mean number."""
     runs, fixed = sweep_runs(results, name)
@@ -487,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-sweeps", action="store_true", help="rank the runs of sweeps with the others")
     p.add_argument("--group-seeds", action="store_true",
                    help="one row per configuration: mean ± std over its seeds, n and the 95%% interval")
-    p.add_argument("--sweep", metavar="NAME", help="one sweep's combinations, each over its seeds")
+    p.add_argument("--sweep", metavar="NAME", nargs="+", help="one sweep's combinations, each over its seeds (or "
+                   "several sweeps' together: a claim's arms in two files)")
     p.add_argument("--metric", help="with --sweep: score runs by another final metric (correct, map_50) or a "
                                     "curve's last value (train/epoch_accuracy; X/error is 1 - X/accuracy)")
     p.add_argument("--reach", metavar="CURVE<=VALUE",
@@ -542,12 +547,12 @@ def sweep_main(args, results: list[dict]) -> str | None:
     if args.format in ("csv", "json"):
         raise ConfigError("--sweep writes a table or markdown")
     measure = Measure(args.metric, args.reach)
-    groups = where(sweep_groups(results, args.sweep, measure), args.where)
+    groups, name = where(sweep_groups(results, args.sweep, measure), args.where), " + ".join(args.sweep)
     if args.plot:
-        plot_sweep(args.plot, args.sweep, groups, measure, args.curve)
+        plot_sweep(args.plot, name, groups, measure, args.curve)
         return None
     fixed = seeds.describe(sweep_runs(results, args.sweep)[1] | dict(_pairs(args.where)))
-    text = f"Sweep {args.sweep}: {fixed or 'no parameter fixed'}; over seeds.\n\n" + render_sweep(groups, measure, args.format)
+    text = f"Sweep {name}: {fixed or 'no parameter fixed'}; over seeds.\n\n" + render_sweep(groups, measure, args.format)
     if args.versus:
         text += "\n" + versus(groups, args.versus, measure, args.format)
     return text
@@ -586,8 +591,9 @@ def main(argv: list[str] | None = None, api=None) -> int:
         if text is None:
             print(f"wrote {args.plot}")
         elif args.write:
-            write_section(args.write, text, args.sweep)
-            print(f"wrote the {'sweep ' + args.sweep if args.sweep else 'leaderboard'} section of {args.write}")
+            name = "+".join(args.sweep) if args.sweep else None  # the section's markers: leaderboard:NAME:start
+            write_section(args.write, text, name)
+            print(f"wrote the {'sweep ' + name if name else 'leaderboard'} section of {args.write}")
         else:
             print(text, end="")
     except (ConfigError, ValueError) as e:

@@ -90,6 +90,14 @@ def writing_commands(page):
     return commands
 
 
+def sweep_names(argv):
+    """The names after --sweep (one or several), those of its block's markers joined by +."""
+    if "--sweep" not in argv:
+        return []
+    rest = argv[argv.index("--sweep") + 1:]
+    return rest[:next((k for k, a in enumerate(rest) if a.startswith("--")), len(rest))]
+
+
 def test_every_block_the_leaderboard_writes_is_up_to_date(tmp_path, monkeypatch, capsys):
     store = functools.lru_cache(leaderboard.local_results)
     monkeypatch.setattr(leaderboard, "local_results", lambda folder: store(str(folder)))
@@ -102,7 +110,7 @@ def test_every_block_the_leaderboard_writes_is_up_to_date(tmp_path, monkeypatch,
             into_copy = ["--results-dir", str(ROOT / "results")] + argv[:i + 1] + [str(copy)] + argv[i + 2:]
             assert leaderboard.main(into_copy) == 0, capsys.readouterr().err
             assert copy.read_text() == target.read_text(), f"stale: {' '.join(argv)} changes {argv[i + 1]}"
-            written.add((argv[i + 1], argv[argv.index("--sweep") + 1] if "--sweep" in argv else None))
+            written.add((argv[i + 1], "+".join(sweep_names(argv)) or None))
     for page in [README, *DOCS]:  # each block of README and docs/ has its command beside it
         for name in re.findall(r"<!-- leaderboard:(?:(\S+):)?start -->", docs.prose(page.read_text())):
             assert (str(page.relative_to(ROOT)), name or None) in written, f"{page.name}: who writes block {name}?"

@@ -131,6 +131,23 @@ def test_a_sweep_draws_and_writes_its_own_section(store, tmp_path):
     assert text.startswith(f"before\n{start}\nSweep s") and text.endswith(f"{end}\nafter\n") and "old" not in text
 
 
+def test_two_sweeps_shown_together_are_one_experiments_arms(store, capsys):
+    """--sweep A B: the runs of both (a claim's arms in two files), grouped by combination; the parameter that
+    differs between the files is shown per row, a missing name is one line."""
+    other = run("b0", 0.5, {"paper": "alexnet", "lr": 0.001}) | {"paper": "alexnet"}
+    other["sweep"]["name"] = "s2"
+    store_result(other, store)
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "s", "s2", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "Sweep s + s2: no parameter fixed; over seeds." in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "paper=" in line]
+    assert len(rows) == 3 and any("paper=alexnet, lr=0.001 | 0.5 " in r for r in rows), rows
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "s"]) == 0
+    assert "alexnet" not in capsys.readouterr().out  # one sweep alone: its own runs only
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "s", "t"]) == 2
+    assert "no runs of a sweep named 't'" in capsys.readouterr().err
+
+
 def test_bad_sweep_queries_are_one_line(store, capsys):
     for args, words in ((["--sweep", "t"], "sweeps there: s"), (["--reach", "x<0.2", "--sweep", "s"], "CURVE<=VALUE"),
                         (["--sweep", "s", "--versus", "momentum"], "parameters are lr"),
