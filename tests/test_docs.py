@@ -450,6 +450,12 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     # ViT's Fashion-MNIST claim: its first claim decided by the runs in
     "ResNet ahead on little Fashion-MNIST: not run yet; ViT overtakes on all of Fashion-MNIST: not run yet**":
         "ResNet ahead on little Fashion-MNIST: holds; ViT overtakes on all of Fashion-MNIST: not run yet**",
+    # --sweep A B: several sweeps' runs together
+    "  standalone runs (`--include-sweeps` ranks them too).\n": "  standalone runs (`--include-sweeps` ranks them too). "
+        "`--sweep A B` shows\n  the runs of several sweeps together, as one experiment's arms written in two\n  files (a "
+        "claim's second arm, say), each combination a row.\n",
+    "`<!-- leaderboard:NAME:end -->`.": "`<!-- leaderboard:NAME:end -->` (for\n  several sweeps, NAME is their names "
+        "joined by `+`).",
     # --init RUN_DIR and --init-tensors: a row of their own under --init REF
     "| `--init REF` | start from a reference's pretrained weights instead of a flavor (see [Fine-tuning]) |\n":
         "| `--init REF` | start from a reference's pretrained weights instead of a flavor (see [Fine-tuning]) |\n"
