@@ -275,7 +275,7 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     '`tests/test_bench.py` runs `python -m common.bench\n--smoke` over every paper of the default list, so a new paper cannot break the\nbench unnoticed':
         '`tests/test_bench.py` runs `python -m common.bench\n--smoke --papers all` (rows c and f; the others over one paper of each kind of\ninput), so a new paper cannot break the\nbench unnoticed',
     "3. **One line in `papers/__init__.py`**: the folder's name in `PAPER_FOLDERS`.\n":
-        "3. **One line in `papers/__init__.py`**: the folder's name in `PAPER_FOLDERS`; then\n   `python -m papers.catalog` writes the paper's name, family, year, title and flavors into\n   `papers/catalog.json`, which `train.py --list` prints without importing torch (a test fails,\n   naming this command, while the file and the papers disagree).\n",
+        "3. **One line in `papers/__init__.py`**: the folder's name in `PAPER_FOLDERS`; then\n   `python -m papers.catalog` writes the paper's name, family, year, title and flavors into\n   `papers/catalog.json`, which `train.py --list` prints without importing torch, and into the\n   table of [The papers] (a test fails, naming this command, while the file and the papers\n   disagree); README's table of papers gets the paper's row by hand, in the catalog's order.\n",
     '- The trainer costs nothing measurable over a bare PyTorch loop (row a: 1.02\n  to 1.06, within the noise;':
         '- The trainer costs nothing measurable over a bare PyTorch loop (row a at\n  commit fbaa830, one process and 2-process DDP: 0.975 to 1.030, [What a step\n  costs]; before, in one process: 1.02 to 1.06, within the noise;',
     '- Compiled inference is 1.3x to 2.3x faster at batch 1 and 1.05x to 1.6x at batch 32 (row g).\n  Row g now also times onnxruntime; its run is in\n  [Export to ONNX and serve on a CPU].':
@@ -450,6 +450,11 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     # ViT's Fashion-MNIST claim: its first claim decided by the runs in
     "ResNet ahead on little Fashion-MNIST: not run yet; ViT overtakes on all of Fashion-MNIST: not run yet**":
         "ResNet ahead on little Fashion-MNIST: holds; ViT overtakes on all of Fashion-MNIST: not run yet**",
+    # the papers' table: its flavors on a page of their own (docs/papers.md, written from the catalog), which
+    # also gave AlexNet's figure-1 and GPT's tiny-classifier flavors the README's table had missed
+    "`python train.py --list` prints this table:": "`python train.py --list` prints this table:",
+    "| tiny, AlexNet, torchvision |": "| tiny, AlexNet, torchvision, figure-1 |",
+    "| tiny, GPT, GPT-2-124M,": "| tiny, tiny-classifier, GPT, GPT-2-124M,",
     # --sweep A B: several sweeps' runs together
     "  standalone runs (`--include-sweeps` ranks them too).\n": "  standalone runs (`--include-sweeps` ranks them too). "
         "`--sweep A B` shows\n  the runs of several sweeps together, as one experiment's arms written in two\n  files (a "

@@ -1,6 +1,7 @@
 """The command line answers at once: `--help`, `--list` and a mistyped flag import no torch, and the
 catalog `--list` reads says what the papers' specs say."""
 
+import re
 import subprocess
 import sys
 
@@ -36,6 +37,17 @@ def test_catalog_is_what_the_papers_say():
     """papers/catalog.json (what --list prints) equals the specs; after adding a paper or a flavor, run
     `python -m papers.catalog`."""
     assert catalog.read() == catalog.build(), "papers/catalog.json is stale: run python -m papers.catalog"
+
+
+def test_the_papers_tables_are_the_catalog():
+    """docs/papers.md's table is the catalog's (python -m papers.catalog writes both), and README's table names
+    the same papers in the same order."""
+    page = (ROOT / "docs" / "papers.md").read_text()
+    assert f"{catalog.START}\n{catalog.markdown()}{catalog.END}" in page, \
+        "docs/papers.md's table is stale: run python -m papers.catalog"
+    readme = (ROOT / "README.md").read_text().split("## Papers", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"(?m)^\| \[(\w+)\]\(papers/", readme) == [p["name"] for p in catalog.read()], \
+        "README.md's table of papers does not name the catalog's papers in its order"
 
 
 def test_list_prints_the_catalog(capsys):
