@@ -147,6 +147,8 @@ def test_a_target_that_is_not_q_k_v_or_o_is_refused_naming_the_valid_ones():
         apply_lora(gpt(), R, ALPHA, targets=("W_q", "v"))
     with pytest.raises(ValueError, match="choose from: q, k, v, o"):
         apply_lora(gpt(), R, ALPHA, targets="qv")
+    with pytest.raises(ValueError, match="must hold q, k and v"):
+        apply_lora(gpt(), R, ALPHA, targets=("q", "v"), fused=True)  # one pair over W_qkv updates all three
     with pytest.raises(ValueError, match="LoRA already"):
         apply_lora(apply_lora(gpt(), R, ALPHA), R, ALPHA)
 
@@ -189,6 +191,7 @@ def test_from_peft_gives_peft_gpt2s_logits_unmerged_and_merged(target_modules):
 def test_from_peft_refuses_what_the_paper_has_not():
     for config, match in ((dict(target_modules=["c_attn"], use_rslora=True), "use_rslora"),
                           (dict(target_modules=["c_fc"]), "mlp.c_fc")):
-        peft_model = get_peft_model(hf_gpt2(n_layer=1, n_head=2, n_embd=8), LoraConfig(r=2, **config))
+        config = LoraConfig(r=2, fan_in_fan_out=True, **config)
+        peft_model = get_peft_model(hf_gpt2(n_layer=1, n_head=2, n_embd=8), config)
         with pytest.raises(ValueError, match=match):
             from_peft(peft_model)
