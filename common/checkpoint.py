@@ -6,7 +6,8 @@ by any strategy and world size.
     trainer.json      the Trainer's TrainState (common.train_state: step, epoch, sampler
                       position, metrics so far, scheduler, scaler, lr and warmup in use, wandb
                       run id, ...), and the optimizer's plain values (lr, betas, ...)
-    __<rank>_0.distcp tensors only: model, optimizer state, every rank's RNG state
+    __<rank>_0.distcp tensors only: model, optimizer state, every rank's RNG state (a LoRA run's
+                      model: the parameters that train alone, and the optimizer state of those)
     .metadata         written last by DCP: a checkpoint without it is incomplete
 
 Loading executes nothing from the files: tensors are read with
@@ -34,6 +35,8 @@ from common.parallel import Env, unwrap
 from common.tensor_parallel import is_strided
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+# a LoRA run's (common.lora): the parameters that train, alone (its frozen base is read again from --init)
+TRAINABLE = StateDictOptions(flatten_optimizer_state_dict=True, ignore_frozen_params=True, strict=False)
 
 
 # ---------------------------------------------------------------- finding checkpoints
@@ -89,11 +92,13 @@ def _single_process_is_intended():
         yield
 
 
-def _split(model, optimizer) -> tuple[dict, dict, dict]:
+def _split(model, optimizer, trainable_only: bool = False) -> tuple[dict, dict, dict]:
     """The model and optimizer state under their DCP names, split into tensors and plain values; and
     the DTensors that DCP cannot write as shards (a tensor-parallel fused q, k, v weight, sharded
-    with strides), which the tensors hold whole instead."""
-    model_sd, optim_sd = get_state_dict(unwrap(model), optimizer, options=OPTIONS)
+    with strides), which the tensors hold whole instead. trainable_only: the model's parameters that
+    train alone (and its buffers), not the frozen ones."""
+    options = TRAINABLE if trainable_only else OPTIONS
+    model_sd, optim_sd = get_state_dict(unwrap(model), optimizer, options=options)
     flat = {f"model.{k}": v for k, v in model_sd.items()} | {f"optim.{k}": v for k, v in optim_sd.items()}
     tensors = {k: v for k, v in flat.items() if torch.is_tensor(v)}
     values = {k: v for k, v in flat.items() if not torch.is_tensor(v)}
@@ -108,12 +113,13 @@ def _rng_state(env: Env) -> dict[str, torch.Tensor]:
     return state
 
 
-def save(run_dir: Path, step: int, model, optimizer, trainer_state: dict, env: Env, keep: int) -> Path:
+def save(run_dir: Path, step: int, model, optimizer, trainer_state: dict, env: Env, keep: int,
+         trainable_only: bool = False) -> Path:
     """Write one checkpoint (every rank its shard), then, once it is complete, prune old ones (keeping
     the best: trainer_state's `best_step`); trainer_state: a TrainState's state_dict(). Every rank must
-    call it."""
+    call it. trainable_only: the parameters that train alone, not the frozen ones (a LoRA run's)."""
     path = checkpoint_dir(run_dir, step)
-    tensors, values, _ = _split(model, optimizer)
+    tensors, values, _ = _split(model, optimizer, trainable_only)
     if env.is_main:
         path.mkdir(parents=True, exist_ok=True)
         (path / ".metadata").unlink(missing_ok=True)  # a leftover of a crashed attempt is not complete
@@ -168,9 +174,10 @@ def read_trainer_state(path: Path) -> dict:
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e})") from None
 
 
-def load(path: Path, model, optimizer, env: Env, paper: str, flavor: str) -> dict:
+def load(path: Path, model, optimizer, env: Env, paper: str, flavor: str, trainable_only: bool = False) -> dict:
     """Load a checkpoint into the (wrapped) model and optimizer; returns its trainer.json (for
-    TrainState.load_state_dict).
+    TrainState.load_state_dict). trainable_only: it holds the parameters that train alone (a LoRA run's),
+    which it loads; the frozen ones stay as they are.
 
     Raises CheckpointError, before anything is changed on disk, when the checkpoint is
     corrupted or holds another paper, flavor or shape of model.
@@ -185,7 +192,7 @@ def load(path: Path, model, optimizer, env: Env, paper: str, flavor: str) -> dic
     except Exception as e:
         raise CheckpointError(f"checkpoint {path} has unreadable metadata ({type(e).__name__}: {e})") from None
 
-    tensors, values, strided = _split(model, optimizer)
+    tensors, values, strided = _split(model, optimizer, trainable_only)
     for key, t in tensors.items():
         if key not in saved or tuple(saved[key].size) != tuple(t.shape):
             found = tuple(saved[key].size) if key in saved else "nothing"
@@ -206,7 +213,8 @@ def load(path: Path, model, optimizer, env: Env, paper: str, flavor: str) -> dic
     flat = tensors | state["optimizer_values"]
     model_sd = {k.removeprefix("model."): v for k, v in flat.items() if k.startswith("model.")}
     optim_sd = {k.removeprefix("optim."): v for k, v in flat.items() if k.startswith("optim.")}
-    set_state_dict(unwrap(model), optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=OPTIONS)
+    set_state_dict(unwrap(model), optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd,
+                   options=TRAINABLE if trainable_only else OPTIONS)
     if f"rng.rank{env.rank}.cpu" in rng:
         torch.set_rng_state(rng[f"rng.rank{env.rank}.cpu"])
     if f"rng.rank{env.rank}.cuda" in rng:

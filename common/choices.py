@@ -17,6 +17,7 @@ TOKENIZERS = ("char", "bpe")  # common.data.text
 BPE_VOCAB_SIZE = 1024  # --vocab-size's default: 256 bytes and 768 merges
 HF_PREFIX = "hf:"  # a Hugging Face data set: hf:NAME_OR_PATH[:CONFIG] (common.data.hf)
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")  # common.mesh
+LORA_TARGETS = ("q", "k", "v", "o", "qkv")  # common.lora: W_q, W_k, W_v, W_o, and one update over a fused W_qkv
 
 # The data sets that --data-dir reads from disk, and those --download fetches: named in --help
 # (tests/test_help.py checks these against common.data's registry).

@@ -6,7 +6,7 @@ spec's `defaults`, then the flags the user gave. `validate` turns every mistake
 into a ConfigError whose message is one line naming the valid choices; train.py
 prints it and exits with code 2 before anything is written. It asks each concern
 in turn: the fields' own ranges and choices, the data (common.data.checks), the
-optimizer (common.optim), the model, the mesh (common.mesh), tensor parallelism
+optimizer (common.optim), the model, LoRA (common.lora), the mesh (common.mesh), tensor parallelism
 (common.tensor_parallel), the pipeline (common.pipeline), the run directory.
 """
 
@@ -24,8 +24,8 @@ from common.choices import HF_PREFIX
 from common.errors import ConfigError
 from common.preemption import parse_time_limit
 from common.flags import Parser, boolean, describe_kwargs, parse_model_kwargs  # noqa: F401 (imported from here)
-from common.sections import (SECTIONS, Checkpoints, Data, Evaluation, Model, Optimization, Parallelism, Run,
-                             Tracking, Training)
+from common.sections import (SECTIONS, Checkpoints, Data, Evaluation, LoRA, Model, Optimization, Parallelism,
+                             Run, Tracking, Training)
 
 # Nothing above imports torch: --help and a mistyped flag are answered at once (docs/performance.md).
 # What checks a value by building something (validate) imports it there.
@@ -36,7 +36,7 @@ LEGACY = {"lr_in_use", "warmup_in_use"}
 
 
 @dataclass
-class TrainConfig(Tracking, Checkpoints, Parallelism, Evaluation, Optimization, Training, Data, Model, Run):
+class TrainConfig(Tracking, Checkpoints, Parallelism, Evaluation, Optimization, Training, Data, LoRA, Model, Run):
     """Every section's fields in one flat config (`cfg.lr`, `cfg.tp`): the fields come in the sections'
     order, run first."""
 
@@ -227,6 +227,10 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     optim.check(cfg)
     check_training(cfg, device_type)
     model = check_model(spec, cfg, data, facts, variable)
+    if cfg.lora is not None:
+        from common import lora
+
+        lora.check(cfg, spec, model)
     check_teacher(cfg, spec, data, facts, _run_facts(cfg.teacher) if cfg.teacher else None)  # common.pretrained
     if cfg.tp > 1 or cfg.sequence_parallel:
         from common import tensor_parallel

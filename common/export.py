@@ -17,15 +17,18 @@ take says why in its `onnx_refusal`, and is refused in one line. onnxruntime
 (CPU) then runs two batch sizes (at two sizes, with different lengths or image
 sizes within a batch, where sizes vary) and every output must equal PyTorch's
 within 1e-4 (integer outputs exactly); a larger difference is an error and the
-file is removed. The dataset's preprocessing (layout, colour mode, size, scale,
-mean, std, label names) and the graph's inputs and outputs are stored in the
-file's metadata under "paper_study", for common.predict. `--samples N` also
-writes N test images as PNG files to try it on.
+file is removed. A LoRA run (--lora) exports with its update merged into the
+weights it adapts (papers.lora.merge_lora), checked against the unmerged model.
+The dataset's preprocessing (layout, colour mode, size, scale, mean, std, label
+names) and the graph's inputs and outputs are stored in the file's metadata
+under "paper_study", for common.predict. `--samples N` also writes N test
+images as PNG files to try it on.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import functools
 import json
@@ -112,7 +115,9 @@ def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
 def load_run(run_dir: Path, model_kwargs: dict | None = None) -> tuple[nn.Module, TrainConfig]:
     """A finished run's model with its final weights (model.safetensors), and its config: built with the
     run's --model-kwargs, and `model_kwargs` over them (arguments that change how the trained weights
-    compute, not their shapes: a detector's proposals at test time, say; the config returned has them)."""
+    compute, not their shapes: a detector's proposals at test time, say; the config returned has them).
+    A LoRA run's (--lora) weights are its update and new head alone: they are read onto the model its --init
+    gives (common.lora.base_model), and the model comes back unmerged (papers.lora.merge_lora merges it)."""
     from safetensors.torch import load_file
 
     from common.data import dataset_for, options
@@ -129,6 +134,11 @@ def load_run(run_dir: Path, model_kwargs: dict | None = None) -> tuple[nn.Module
         cfg = dataclasses.replace(cfg, model_kwargs={**cfg.model_kwargs, **model_kwargs})
         check_model_kwargs(spec, cfg)
     facts = dataset_for(cfg).facts(**options(cfg))
+    if cfg.lora is not None:
+        from common import lora
+
+        model, fresh = lora.base_model(spec, cfg, facts)
+        return lora.load_update(lora.apply(model, cfg, fresh), load_file(weights), weights).eval(), cfg
     try:
         model = build_model(spec, cfg.flavor, cfg.init, facts, cfg.model_kwargs)
         model.load_state_dict(load_file(weights))
@@ -388,7 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,
                     commit=git_commit(), inputs=inputs, outputs=DETECTIONS if detection else ["output"],
                     size_multiple=multiple, preprocess=preprocess)
-    export(model, spec.inputs, facts, out, metadata, multiple, padded, detection)
+    exported = model
+    if cfg.lora is not None:  # the update folded into W_0: the paper's own architecture, checked against the unmerged
+        from papers.lora import merge_lora
+
+        exported = merge_lora(copy.deepcopy(model))
+        print(f"LoRA r={cfg.lora} merged into the weights it adapts ({cfg.lora_targets}); onnxruntime is checked "
+              f"against the unmerged model")
+    export(exported, spec.inputs, facts, out, metadata, multiple, padded, detection)
     try:
         report = check(out, model, spec.inputs, facts, multiple, padded, detection)
     except ExportError as e:

@@ -6,6 +6,7 @@ import ast
 import re
 import typing
 
+from common.choices import LORA_TARGETS
 from common.errors import ConfigError
 
 class Parser(argparse.ArgumentParser):
@@ -54,6 +55,20 @@ def fraction_arg(text: str) -> float:
 
 
 fraction_arg.__name__ = "a positive number up to 1"
+
+
+def lora_targets_arg(text: str) -> str:
+    """--lora-targets: a comma list of q, k, v and o (the paper's W_q, W_k, W_v, W_o), each named once, or qkv
+    (one update over a fused W_qkv) in the place of q, k and v; the text as given."""
+    names = [t.strip() for t in text.split(",")]
+    unknown = [t for t in names if t not in LORA_TARGETS]
+    if unknown or len(set(names)) < len(names) or ("qkv" in names and {"q", "k", "v"} & set(names)):
+        what = f"unknown '{unknown[0]}'" if unknown else "each once, qkv in the place of q, k and v"
+        raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(LORA_TARGETS)} ({what}), got '{text}'")
+    return text
+
+
+lora_targets_arg.__name__ = "a comma list of q, k, v, o, or qkv"
 
 
 def boolean(text: str) -> bool:

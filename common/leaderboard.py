@@ -114,9 +114,11 @@ def tokenizer(r: dict) -> str:
 
 
 def flavor(r: dict) -> str:
-    """The flavor, with what changed it: "tiny, activation=tanh", "tiny, bpe 1024"."""
-    kwargs = describe_kwargs((r.get("config") or {}).get("model_kwargs") or {})
-    return ", ".join(filter(None, (r["flavor"], tokenizer(r), kwargs)))
+    """The flavor, with what changed it: "tiny, activation=tanh", "tiny, bpe 1024", "tiny-classifier, LoRA r=4 q,v"."""
+    config = r.get("config") or {}
+    kwargs = describe_kwargs(config.get("model_kwargs") or {})
+    lora = f"LoRA r={config['lora']} {config.get('lora_targets')}" if config.get("lora") else ""
+    return ", ".join(filter(None, (r["flavor"], tokenizer(r), kwargs, lora)))
 
 
 def cells(position: int, r: dict) -> dict[str, str]:

@@ -166,12 +166,13 @@ def _grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return total_norm
 
 
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+def full_state_dict(model: nn.Module, trainable_only: bool = False) -> dict[str, torch.Tensor]:
     """The whole, unwrapped state dict on CPU (on rank 0; other ranks get an empty dict).
-    Every rank must call it: under fsdp it gathers the shards."""
+    Every rank must call it: under fsdp it gathers the shards. trainable_only: without the frozen
+    parameters (a LoRA run's base weights)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # (slow to import)
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
     return get_model_state_dict(unwrap(model), options=options)
 
 

@@ -169,10 +169,12 @@ def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
-def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool, unused_head: int | None = None) -> list[str]:
+def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool, unused_head: int | None = None,
+           fresh: set[str] | None = None) -> list[str]:
     """Fit a loaded model to the data set's facts (those the paper's model is built for); the notes.
     headless: the reference came without a head, so the model needs a new one whatever its size;
-    unused_head: the classes of a head in the weights file that was not read (likewise)."""
+    unused_head: the classes of a head in the weights file that was not read (likewise); fresh: where given, the
+    names of the parameters of a new head are added to it."""
     notes = []
     if "in_chans" in spec.data_kwargs and model.in_chans != facts["in_chans"]:
         raise ConfigError(f"--init {init}: the model reads {model.in_chans} input channels, the data set has "
@@ -188,7 +190,10 @@ def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool, unuse
     classes = model.get_classifier().out_features
     if headless or unused_head is not None or ("num_classes" in spec.data_kwargs and classes != facts["num_classes"]):
         n = facts.get("num_classes", classes)
+        before = {id(p) for p in model.parameters()}
         model.reset_classifier(n)
+        if fresh is not None:
+            fresh.update(name for name, p in model.named_parameters() if id(p) not in before)
         what = ("it has no head (pre-training weights): a new one" if headless
                 else f"the file's head of {unused_head} classes not used: a new one" if unused_head is not None
                 else f"head of {classes} classes replaced by a new one")
@@ -196,7 +201,8 @@ def _adapt(model: nn.Module, spec, facts: dict, init: str, headless: bool, unuse
     return notes
 
 
-def reference_model(spec, init: str, facts: dict, weights: bool = True) -> tuple[nn.Module, list[str]]:
+def reference_model(spec, init: str, facts: dict, weights: bool = True,
+                    fresh: set[str] | None = None) -> tuple[nn.Module, list[str]]:
     """The paper's model holding a reference model's pretrained weights, fitted to a data set.
 
     Args:
@@ -206,6 +212,8 @@ def reference_model(spec, init: str, facts: dict, weights: bool = True) -> tuple
         weights: False builds the same architecture without weights: the reference created
             without pretrained weights, no download, no file read (to rebuild the model for a
             resume, an export or a FLOP count). Parameter names and shapes are those of True.
+        fresh: where given, the names of the parameters not read from the reference (a new head) are
+            added to it (what --lora trains with its update).
 
     Returns:
         The model, and notes (one line each) saying what was adapted to the data set.
@@ -239,7 +247,7 @@ def reference_model(spec, init: str, facts: dict, weights: bool = True) -> tuple
         model = loader(reference)
     except ValueError as e:  # a reference with parts the paper's model has not
         raise ConfigError(f"--init {init}: {e}") from e
-    return model, _adapt(model, spec, facts, init, headless, unused_head)
+    return model, _adapt(model, spec, facts, init, headless, unused_head, fresh)
 
 
 def _run_weights(spec, init: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
@@ -251,11 +259,15 @@ def _run_weights(spec, init: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
     if not run.is_dir():
         raise ConfigError(f"--init {init}: no run directory there, nor a reference model; use {FORMS}")
     try:
-        paper = json.loads((run / "config.json").read_text()).get("paper")
+        config = json.loads((run / "config.json").read_text())
+        paper = config.get("paper")
     except (OSError, ValueError, AttributeError):
         raise ConfigError(f"--init {init}: not a run directory (no readable config.json)") from None
     if paper != spec.name:
         raise ConfigError(f"--init {init}: a run of paper {paper}, not of {spec.name}; start from a run of {spec.name}")
+    if config.get("lora") is not None:
+        raise ConfigError(f"--init {init}: a LoRA run, whose model.safetensors holds its update alone; start from the "
+                          f"run it adapted, {config.get('init')}")
     file = run / "model.safetensors"
     if not file.is_file():
         raise ConfigError(f"--init {init}: the run has no {file.name}: it has not finished (--resume it first)")
@@ -307,10 +319,12 @@ def check_run(spec, init: str, model: nn.Module, facts: dict, theirs: tuple[dict
                           f"pre-train on this data set's tokenizer")
 
 
-def load_from_run(model: nn.Module, spec, init: str, only: str | None = None) -> list[str]:
+def load_from_run(model: nn.Module, spec, init: str, only: str | None = None,
+                  fresh: set[str] | None = None) -> list[str]:
     """--init RUN_DIR: every tensor of model that the run's model.safetensors holds by name and shape (and, with
     --init-tensors, whose name matches `only` in full), copied in (the rest keep their initialisation).
-    Returns the note line saying what was loaded and left new."""
+    Returns the note line saying what was loaded and left new; fresh: where given, the names of the parameters
+    left new are added to it (what --lora trains with its update)."""
     from safetensors.torch import load_file
 
     file, shapes = _run_weights(spec, init)
@@ -319,6 +333,8 @@ def load_from_run(model: nn.Module, spec, init: str, only: str | None = None) ->
     with torch.no_grad():
         model.load_state_dict({k: state[k] for k in fits}, strict=False)
     unused = [k for k in shapes if k not in fits]
+    if fresh is not None:
+        fresh.update(name for name, _ in model.named_parameters() if name in new)
     return [f"--init {init}: {len(fits)} tensors loaded from {file}; left new: {', '.join(new) or 'none'}"
             + (f"; not used from the file: {', '.join(unused)}" if unused else "")]
 

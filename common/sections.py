@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from common.choices import (AC_MODES, BPE_VOCAB_SIZE, DISTILLATIONS, FETCHED, LR_SCALINGS, OPTIMIZERS, PP_SCHEDULES, READS_FOLDER,
                             SCHEDULES, STRATEGIES, TOKENIZERS)
-from common.flags import (ModelKwargs, batch_size_arg, fraction_arg, non_negative_float, non_negative_int,
-                          positive_float, positive_int)
+from common.flags import (ModelKwargs, batch_size_arg, fraction_arg, lora_targets_arg, non_negative_float,
+                          non_negative_int, positive_float, positive_int)
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 NONFINITE = ("stop", "skip")  # what a NaN or infinite loss does
@@ -55,6 +55,23 @@ class Model:
     model_kwargs: dict = opt(help="override the flavor's constructor arguments, each value a Python literal or a "
                              "plain string (activation=tanh shortcut=none hidden_size=64)", factory=dict,
                              action=ModelKwargs, nargs="+", metavar="KEY=VALUE")
+
+
+@dataclass
+class LoRA:
+    """low-rank adaptation (papers/lora, Hu et al. 2021): with --init, train an update W_0 + (alpha / r) B A of the
+    attention projections alone, every weight --init loaded frozen (common.lora)"""
+    lora: int | None = opt(None, "fine-tune a low-rank update of rank RANK alone: the weights --init loaded stay "
+                           "frozen, what it left new (a new head) trains with the update; checkpoints and "
+                           "model.safetensors hold what trains, and python -m common.export writes the model merged",
+                           parse=positive_int, metavar="RANK")
+    lora_alpha: float = opt(8.0, "with --lora: the update is scaled by ALPHA / RANK; ALPHA stays as RANK varies, as "
+                            "the paper sets it to the first rank it tries and does not tune it (default 8)",
+                            parse=positive_float, metavar="ALPHA")
+    lora_targets: str = opt("q,v", "with --lora: the attention matrices adapted, a comma list of q, k, v, o (W_q, W_k, "
+                            "W_v, W_o; each its own update, within a fused W_qkv too), or qkv: one update over a fused "
+                            "W_qkv (peft's on GPT-2's c_attn); default q,v, the paper's choice (its Table 5)",
+                            parse=lora_targets_arg, metavar="TARGETS")
 
 
 _FOLDERS, _FETCHED = ", ".join(READS_FOLDER), ", ".join(FETCHED)
@@ -217,6 +234,6 @@ class Tracking:
 
 
 # the sections in the order of --help's groups, with each group's title
-SECTIONS = {"run": Run, "model": Model, "data": Data, "training": Training, "optimization": Optimization,
-            "evaluation": Evaluation, "parallelism": Parallelism, "checkpoints": Checkpoints,
-            "tracking and profiling": Tracking}
+SECTIONS = {"run": Run, "model": Model, "lora": LoRA, "data": Data, "training": Training,
+            "optimization": Optimization, "evaluation": Evaluation, "parallelism": Parallelism,
+            "checkpoints": Checkpoints, "tracking and profiling": Tracking}

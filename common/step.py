@@ -100,8 +100,8 @@ class Whole(Parallelized):
     def scores(self, metrics) -> dict[str, float]:
         return self.task.compute(metrics)
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        return parallel.full_state_dict(self.model)
+    def full_state_dict(self, trainable_only: bool = False) -> dict[str, torch.Tensor]:
+        return parallel.full_state_dict(self.model, trainable_only)
 
 
 class Pipelined(Parallelized):
@@ -139,5 +139,6 @@ class Pipelined(Parallelized):
         scores = self.task.compute(metrics) if self.pipeline.is_last else None
         return parallel.broadcast_object(scores, src=self.pipeline.last_rank())
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
+    def full_state_dict(self, trainable_only: bool = False) -> dict[str, torch.Tensor]:
+        """Every stage's weights (trainable_only: --lora, which --pp refuses, is not taken here)."""
         return self.pipeline.full_state_dict(self.rank)

@@ -2,7 +2,7 @@
 
 `train(cfg)` runs a `Trainer`, whose methods are the steps of a run:
 
-    build_model, build_data, parallelize, build_optimizer, build_tracker   what the run needs
+    build_model, build_data, adapt, parallelize, build_optimizer, build_tracker   what the run needs
     train_step        one optimizer step: micro-steps, accumulation, clipping, scaler
     evaluate          the task's metrics on the test split, over all ranks
     save, resume      DCP checkpoints of every rank
@@ -32,7 +32,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from common import mesh, parallel
+from common import lora, mesh, parallel
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
 from common.data import Share, augment, dataset_for, eval_loader, options, train_loader
@@ -159,6 +159,7 @@ class Trainer:
         self.state = TrainState(cfg.paper, cfg.flavor, commits=[git_commit()])  # the commit it started at
         # built by the methods named, called from here (build_model, build_data) or from fit
         self.model = self.n_params = None  # build_model
+        self.n_trainable = None  # adapt: the parameters that train (--lora: the update, and a new head)
         self.train_set = self.test_set = self.collate = self.loader = self.test_loader = None  # build_data
         self.auto_batch, self.micro_batch, self.steps_per_epoch, self.total_steps = False, 0, 0, 0  # build_data
         self.epochs = self.ckpt_every = 0  # build_data
@@ -187,37 +188,53 @@ class Trainer:
 
     # ------------------------------------------------------------ build
 
-    def new_model(self) -> torch.nn.Module:
-        """A fresh model of the config's flavor (or --init's architecture), built for the data set's facts."""
-        return build_model(self.spec, self.cfg.flavor, self.cfg.init, self.facts, self.cfg.model_kwargs)
+    def new_model(self, adapted: bool = False) -> torch.nn.Module:
+        """A fresh model of the config's flavor (or --init's architecture), built for the data set's facts;
+        adapted: with --lora, wrapped as the run trains it (what its FLOPs and memory are counted on)."""
+        model = build_model(self.spec, self.cfg.flavor, self.cfg.init, self.facts, self.cfg.model_kwargs)
+        return lora.apply(model, self.cfg) if adapted and self.cfg.lora is not None else model
 
     def build_model(self) -> None:
         torch.manual_seed(self.cfg.seed)  # the same initial weights on every rank and every run
         self.model = self.new_model()
         self.n_params = sum(p.numel() for p in self.model.parameters())
 
-    def load_pretrained(self) -> None:
+    def load_pretrained(self) -> set[str]:
         """--init: the reference's pretrained weights, adapted to the data set. Rank 0 fetches them first
         (into timm's or torchvision's cache), then the other ranks read them; a failure stops every rank.
-        --init RUN_DIR: every rank reads the run's tensors that fit into the model it built."""
+        --init RUN_DIR: every rank reads the run's tensors that fit into the model it built. Returns the
+        names of the parameters it left new (a new head), which --lora trains with its update."""
+        fresh = set()
         if is_run(self.cfg.init):
-            notes = load_from_run(self.model, self.spec, self.cfg.init, self.cfg.init_tensors)
+            notes = load_from_run(self.model, self.spec, self.cfg.init, self.cfg.init_tensors, fresh)
             if self.env.is_main:
                 print(*notes, sep="\n", flush=True)
-            return
+            return fresh
         error, notes = None, []
         if self.env.is_main:
             try:
-                self.model, notes = reference_model(self.spec, self.cfg.init, self.facts)
+                self.model, notes = reference_model(self.spec, self.cfg.init, self.facts, fresh=fresh)
             except ConfigError as e:
                 error = str(e)
         error = parallel.broadcast_object(error)
         if error is not None:
             raise ConfigError(error)
         if not self.env.is_main:
-            self.model, _ = reference_model(self.spec, self.cfg.init, self.facts)
+            self.model, _ = reference_model(self.spec, self.cfg.init, self.facts, fresh=fresh)
         for note in notes:
             print(note, flush=True)
+        return fresh
+
+    def adapt(self, fresh: set[str]) -> None:
+        """--lora RANK (common.lora): the attention projections --lora-targets names wrapped in their low-rank
+        update, every other parameter frozen but those --init left new (`fresh`: a new head, which must train),
+        so that the optimizer holds the update (and that head) alone. Counts the parameters, and those that train."""
+        if self.cfg.lora is not None:
+            lora.apply(self.model, self.cfg, fresh)
+            if self.env.is_main:
+                print(lora.describe(self.model, self.cfg), flush=True)
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+        self.n_trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
     def forward_loss(self, model, inputs, targets, counts: torch.Tensor | None = None) -> torch.Tensor:
         """The training loss of a batch; with `counts`, also adds the batch's (hits, samples) of the
@@ -276,8 +293,9 @@ class Trainer:
         MIN_STEPS_PER_EPOCH optimizer steps, times ranks and micro-steps."""
         cfg, env = self.cfg, self.env
         share = steps_limit(len(self.train_set), self.dp_size * cfg.grad_accum)
-        micro, how = find_micro_batch(self.new_model, lambda n: to_device(self.batch_of(n), env.device),
-                                      self.forward_loss, env.device, share)
+        micro, how = find_micro_batch(lambda: self.new_model(adapted=True),
+                                      lambda n: to_device(self.batch_of(n), env.device), self.forward_loss, env.device,
+                                      share)
         micro = min(parallel.all_gather_object(micro))  # every rank trains the same global batch
         if env.is_main:
             print(f"batch size auto: {micro} per device and micro-step, "
@@ -307,7 +325,7 @@ class Trainer:
         """Training FLOPs per sample and per input element, counted on the meta device on one
         micro-batch, and the device's peak (for MFU)."""
         inputs, targets = self.batch_of(self.micro_batch)
-        flops = training_flops(self.new_model, unpadded(inputs), targets,
+        flops = training_flops(lambda: self.new_model(adapted=True), unpadded(inputs), targets,
                                lambda m, x, y: self.task.loss(self.task.forward(m, x, y), y))
         # this rank's share of them: a tensor- or pipeline-parallel group computes each sample together
         self.flops_per_element = flops / element_counts(inputs)[1] / (self.layout.tp * self.layout.pp)
@@ -359,8 +377,8 @@ class Trainer:
         self.tracker = (Tracker(resolve_mode(cfg.wandb), cfg.wandb_project, run_dir, run_dir.name, cfg.to_dict(),
                                 resume_id=wandb_id, group=(sweep_tag() or {}).get("name"))
                         if env.is_main else NullTracker())
-        self.tracker.summary({"params": self.n_params, "flops_per_sample": self.flops_per_sample,
-                              "peak_flops": self.peak})
+        self.tracker.summary({"params": self.n_params, "trainable_params": self.n_trainable,
+                              "flops_per_sample": self.flops_per_sample, "peak_flops": self.peak})
         self.state.wandb_run_id = parallel.broadcast_object(self.tracker.run_id)
 
     # ------------------------------------------------------------ the run
@@ -372,8 +390,10 @@ class Trainer:
                 print(f"run {self.run_dir} has already finished; its result.json stands", flush=True)
             return json.loads((self.run_dir / "result.json").read_text())
         resume_from = parallel.broadcast_object(latest_checkpoint(self.run_dir) if self.resuming else None)
-        if self.cfg.init and resume_from is None:
-            self.load_pretrained()
+        fresh = set()
+        if self.cfg.init and (resume_from is None or self.cfg.lora is not None):  # a LoRA checkpoint: no base
+            fresh = self.load_pretrained()
+        self.adapt(fresh)
         self.parallelize()
         self.build_teacher()
         self.build_optimizer()
@@ -691,7 +711,7 @@ class Trainer:
         from common import checkpoint  # torch.distributed.checkpoint: imported when a checkpoint is written or read
 
         checkpoint.save(self.run_dir, self.state.step, self.model, self.optimizer, self.state.state_dict(), self.env,
-                        self.cfg.keep_ckpts)
+                        self.cfg.keep_ckpts, trainable_only=self.cfg.lora is not None)
         self.last_saved = self.state.step
         self.save_seconds = time.perf_counter() - now
 
@@ -702,7 +722,7 @@ class Trainer:
 
         state, in_use = self.state, (self.state.lr, self.state.warmup_steps)
         state.load_state_dict(checkpoint.load(path, self.model, self.optimizer, self.env, self.cfg.paper,
-                                              self.cfg.flavor))
+                                              self.cfg.flavor, trainable_only=self.cfg.lora is not None))
         state.lr, state.warmup_steps = in_use
         self.scheduler.load_state_dict(state.scheduler)
         self.scaler.load_state_dict(state.scaler)
@@ -715,8 +735,9 @@ class Trainer:
 
     def finish(self) -> dict:
         """The final weights (model.safetensors), result.json, the results store and the wandb summary."""
-        # every rank takes part in gathering fsdp shards (and, with --pp, every stage's weights)
-        weights = self.parallelized.full_state_dict()
+        # every rank takes part in gathering fsdp shards (and, with --pp, every stage's weights); a LoRA run's
+        # weights are its update (and new head) alone, which common.export.load_run reads onto --init's
+        weights = self.parallelized.full_state_dict(trainable_only=self.cfg.lora is not None)
         self.memory = parallel.all_gather_object(self.memory)
         self.devices = parallel.all_gather_object(self.monitor.summary())
         result = self.result()
@@ -752,7 +773,8 @@ class Trainer:
             "run_id": self.run_dir.name, "paper": cfg.paper, "flavor": cfg.flavor, "dataset": cfg.dataset,
             "task": self.task.kind, "metric": self.task.metric, "higher_is_better": self.task.higher_is_better,
             "final": state.history[-1], "best": state.best[0], "best_epoch": state.best[1],
-            "final_metrics": state.metrics, "params": self.n_params, "epochs": self.epochs,
+            "final_metrics": state.metrics, "params": self.n_params, "trainable_params": self.n_trainable,
+            "epochs": self.epochs,
             "steps": state.step, "steps_per_epoch": self.steps_per_epoch, "batch_size": cfg.batch_size,
             "strategy": self.strategy, "world_size": self.env.world_size, "precision": cfg.precision,
             "compile": cfg.compile, "ac": cfg.ac,

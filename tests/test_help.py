@@ -6,7 +6,7 @@ from common.config import build_parser
 from common.data import DATASETS
 from papers import get_paper, list_papers
 
-GROUPS = ["run", "model", "data", "training", "optimization", "evaluation", "parallelism", "checkpoints",
+GROUPS = ["run", "model", "lora", "data", "training", "optimization", "evaluation", "parallelism", "checkpoints",
           "tracking and profiling"]
 
 
@@ -63,6 +63,7 @@ FLAGS = """--ac --augment --batch-size --beam --block-size --bucketing --ckpt-ev
 --strategy --time-limit --tokenizer --tp --train-fraction --vocab-size --wandb --wandb-project --warmup-steps
 --weight-decay""".split() + "--teacher --distillation --distillation-tau --distillation-lambda".split()  # DeiT's
 FLAGS += ["--init-tensors"]  # VGG's deeper nets from net A's layers
+FLAGS += ["--lora", "--lora-alpha", "--lora-targets"]  # LoRA's low-rank update (common.lora)
 COMMANDS = {"--list", "--rerun", "--resume"}  # what to do, not config fields
 
 
