@@ -195,3 +195,24 @@ def test_from_peft_refuses_what_the_paper_has_not():
         peft_model = get_peft_model(hf_gpt2(n_layer=1, n_head=2, n_embd=8), config)
         with pytest.raises(ValueError, match=match):
             from_peft(peft_model)
+
+
+def test_a_reference_models_new_head_trains_with_the_update(tmp_path):
+    """--init timm:test_vit@FILE (timm's 0.4M-parameter ViT, random weights, nothing downloaded) fine-tuned on 10
+    classes with --lora: the 1000-class head is replaced, and the new head and the update are all that trains."""
+    import timm
+    from safetensors.torch import save_file
+
+    from common import lora
+    from common.config import TrainConfig
+    from papers import get_paper
+
+    torch.manual_seed(0)
+    save_file(timm.create_model("test_vit", pretrained=False).state_dict(), tmp_path / "test_vit.safetensors")
+    cfg = TrainConfig(paper="vit", init=f"timm:test_vit@{tmp_path / 'test_vit.safetensors'}", lora=R,
+                      lora_targets="q,k,v,o")
+    model, fresh = lora.base_model(get_paper("vit"), cfg, dict(num_classes=10, in_chans=3, img_size=160))
+    assert fresh == {"head.weight", "head.bias"} and model.head.out_features == 10
+    lora.apply(model, cfg, fresh)
+    update = {f"blocks.{i}.msa.{W}.{p}" for i in range(len(model.blocks)) for W in ("W_qkv", "W_o") for p in "AB"}
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == update | fresh
