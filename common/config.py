@@ -6,7 +6,7 @@ spec's `defaults`, then the flags the user gave. `validate` turns every mistake
 into a ConfigError whose message is one line naming the valid choices; train.py
 prints it and exits with code 2 before anything is written. It asks each concern
 in turn: the fields' own ranges and choices, the data (common.data.checks), the
-optimizer (common.optim), the model, LoRA (common.lora), the mesh (common.mesh), tensor parallelism
+optimizer (common.optim), the model (and LoRA's, common.lora), the mesh (common.mesh), tensor parallelism
 (common.tensor_parallel), the pipeline (common.pipeline), the run directory.
 """
 
@@ -227,10 +227,6 @@ def validate(cfg: TrainConfig, world_size: int = 1, device_type: str | None = No
     optim.check(cfg)
     check_training(cfg, device_type)
     model = check_model(spec, cfg, data, facts, variable)
-    if cfg.lora is not None:
-        from common import lora
-
-        lora.check(cfg, spec, model)
     check_teacher(cfg, spec, data, facts, _run_facts(cfg.teacher) if cfg.teacher else None)  # common.pretrained
     if cfg.tp > 1 or cfg.sequence_parallel:
         from common import tensor_parallel
@@ -306,10 +302,12 @@ def check_training(cfg: TrainConfig, device_type: str | None) -> None:
 
 def check_model(spec, cfg: TrainConfig, data, facts: dict, variable: bool):
     """The model the config asks for, built on the meta device (nothing real): a flavor that cannot take
-    the data set, a --model-kwargs value its class refuses, a run to start from that does not fit, and
-    --ac on a paper without repeated blocks are each one line."""
+    the data set, a --model-kwargs value its class refuses, a run to start from that does not fit,
+    --ac on a paper without repeated blocks, and --lora on attention the model has not (common.lora) are
+    each one line."""
     import torch
 
+    from common import lora
     from common.pretrained import build_model, check_run, is_run
 
     if cfg.ac != "none" and not spec.shard_blocks:
@@ -340,6 +338,7 @@ def check_model(spec, cfg: TrainConfig, data, facts: dict, variable: bool):
     if variable and facts.get("size_multiple", 1) % multiple:
         raise ConfigError(f"flavor {cfg.flavor} of {spec.name} needs image sides that are multiples of {multiple}, "
                           f"but {data.name}'s sides are multiples of {facts.get('size_multiple', 1)}")
+    lora.check(cfg, spec, model)
     return model
 
 

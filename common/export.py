@@ -150,6 +150,19 @@ def load_run(run_dir: Path, model_kwargs: dict | None = None) -> tuple[nn.Module
     return model.eval(), cfg
 
 
+def merged(model: nn.Module, cfg: TrainConfig) -> nn.Module:
+    """What the ONNX file holds: a LoRA run's model (--lora) with its update folded into the weights it adapts, a
+    copy (papers.lora.merge_lora: the paper's own architecture, which `check` compares with the unmerged model);
+    any other model as it is."""
+    if cfg.lora is None:
+        return model
+    from papers.lora import merge_lora
+
+    print(f"LoRA r={cfg.lora} merged into the weights it adapts ({cfg.lora_targets}); onnxruntime is checked "
+          f"against the unmerged model")
+    return merge_lora(copy.deepcopy(model))
+
+
 def load_run_of(run_dir: Path, task: str, tool: str) -> tuple[nn.Module, TrainConfig, dict]:
     """`load_run` for a tool that reads one task's runs (`python -m common.<tool>`): the model, its config,
     and its data set's facts; ConfigError when the run trained another task."""
@@ -398,14 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,
                     commit=git_commit(), inputs=inputs, outputs=DETECTIONS if detection else ["output"],
                     size_multiple=multiple, preprocess=preprocess)
-    exported = model
-    if cfg.lora is not None:  # the update folded into W_0: the paper's own architecture, checked against the unmerged
-        from papers.lora import merge_lora
-
-        exported = merge_lora(copy.deepcopy(model))
-        print(f"LoRA r={cfg.lora} merged into the weights it adapts ({cfg.lora_targets}); onnxruntime is checked "
-              f"against the unmerged model")
-    export(exported, spec.inputs, facts, out, metadata, multiple, padded, detection)
+    export(merged(model, cfg), spec.inputs, facts, out, metadata, multiple, padded, detection)
     try:
         report = check(out, model, spec.inputs, facts, multiple, padded, detection)
     except ExportError as e:
