@@ -468,6 +468,11 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "`--flavor`'s model that the run's model.safetensors holds by name and shape, or with `--init-tensors` only those "
         "whose names match the regular expression in full (the others keep their initialisation); a `{seed}` in RUN_DIR "
         "is the run's own `--seed`, so that each seed of a sweep starts from the run of its seed (see [Fine-tuning]) |\n",
+    # LoRA's flags: a row of their own under --init RUN_DIR's
+    "its seed (see [Fine-tuning]) |\n| `--model-kwargs":
+        "its seed (see [Fine-tuning]) |\n| `--lora RANK`, `--lora-alpha ALPHA`, `--lora-targets q,v` | with `--init`, "
+        "train a low-rank update of the attention projections alone (LoRA), every weight `--init` loaded frozen; "
+        "checkpoints and model.safetensors hold what trains (see [Fine-tuning]) |\n| `--model-kwargs",
 }
 
 
