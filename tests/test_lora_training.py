@@ -197,3 +197,11 @@ def test_mistakes_are_one_line(base, lora_run, capsys, tmp_path):
         f"the run it adapted, {base}")
     assert not (tmp_path / "never").exists()
     validate(resolve(vars(build_parser().parse_args(gpt + ["--lora", "4", "--lora-targets", "qkv,o"]))))  # peft's
+
+
+def test_an_fsdp_checkpoint_of_the_update_resumes_in_one_process(lora_run, two_processes, tmp_path):
+    """fsdp's step-2 checkpoint (the update and head, each rank's shard of them and of their optimizer state)
+    resumed in one process, onto the base read again from --init: the one-process run's final update."""
+    run = interrupted_copy(two_processes["fsdp"], 2, tmp_path / "run")
+    assert main(["--resume", str(run), "--strategy", "single"]) == 0
+    assert max_difference(weights(run), weights(lora_run)) < 1e-5
