@@ -17,8 +17,8 @@ from train import main
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
 
 RESULT_FIELDS = {
-    "paper", "flavor", "dataset", "metric", "final", "best", "params", "epochs", "steps", "batch_size",
-    "strategy", "world_size", "precision", "compile", "samples_per_s", "wall_s", "device", "torch", "commit",
+    "paper", "flavor", "dataset", "metric", "final", "best", "params", "trainable_params", "epochs", "steps",
+    "batch_size", "strategy", "world_size", "precision", "compile", "samples_per_s", "wall_s", "device", "torch", "commit",
     "commit_at_start", "wandb_run_id", "command",
 }
 
