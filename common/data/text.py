@@ -239,6 +239,115 @@ class ByteBPE:
                     tokenizer=self.tokenizer.to_str())
 
 
+_PLANE_15 = 0xF0000  # the first supplementary private-use plane (15, then 16, up to U+10FFFF)
+
+
+def _inside(c: str) -> str:
+    """A character inside a word (WordPiece's "##c") as one character for BPE: U+0000..U+1FFFF moved to
+    planes 15 and 16."""
+    return chr(_PLANE_15 + ord(c))
+
+
+def _written(piece: str) -> str:
+    """A piece BPE learnt from words marked by `_inside`, as WordPiece writes it: "##" and the characters
+    back where it starts inside a word."""
+    plain = "".join(chr(ord(c) - _PLANE_15) if ord(c) >= _PLANE_15 else c for c in piece)
+    return "##" + plain if ord(piece[0]) >= _PLANE_15 else plain
+
+
+class WordPiece:
+    """WordPiece (Devlin et al. 2019, Section 3.1: "We use WordPiece embeddings (Wu et al., 2016) with a
+    30,000 token vocabulary") with HF tokenizers: BERT's normaliser and pre-tokenizer (words split at
+    whitespace and around every punctuation character), then each word greedily into the longest pieces
+    of the vocabulary, "##" marking a piece inside a word. A word holding a character the vocabulary lacks
+    becomes [UNK] whole, as the released tokenization.py does.
+
+    Uncased by default, as BERT-base and BERT-large uncased, the models of the paper's GLUE and SQuAD
+    tables: the text is lowercased and its accents stripped before it is split, so that "The" and "the"
+    share a piece and a small vocabulary goes further. lowercase=False is the released cased models'
+    (accents and case kept), which the released README advises where case carries the label (NER).
+
+    The special tokens take the first ids, in this order: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4
+    (the released vocabulary has [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103: ours are not
+    its ids). `encode` adds none of them: the data set builds "[CLS] A [SEP] B [SEP]" itself.
+
+    Args:
+        tokenizer: a tokenizers.Tokenizer (see `train`, `from_str`).
+    """
+
+    level = "wordpiece"
+    SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (tokenizer.token_to_id(t)
+                                                                            for t in self.SPECIALS)
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int = BPE_VOCAB_SIZE, lowercase: bool = True) -> "WordPiece":
+        """Pieces learnt from `text` until `vocab_size` tokens, the five specials and every character of the
+        text included (fewer where the text holds fewer words).
+
+        HF's WordPieceTrainer is BPE over the words with "##" before every character but a word's first:
+        the most frequent pair merged first, ties to the pair of smaller ids. It numbers the "##"
+        characters in the order of a hash map, which changes from run to run, and so do the ties and the
+        vocabulary (seen: two to four vocabularies in four runs). Here BPE learns the same merges from the
+        words with each character but the first written as a private-use character (plane 15 or 16, see
+        `_inside`), so that the alphabet is numbered by code point, as ByteBPE's; the pieces are then
+        written back with "##". The same text gives the same vocabulary in every process, as each rank
+        of a launch trains its own. A word holding a character that cannot be so written (above U+1FFFF
+        inside a word, or one of the private-use planes) is left out of training.
+        """
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)  # strip_accents follows lowercase
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # words joined by one space, exactly
+
+        words = (w for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)))
+        marked = [w[0] + "".join(map(_inside, w[1:])) for w in words  # "word" -> "w" + "ord" moved
+                  if ord(w[0]) < _PLANE_15 and all(ord(c) < 0x20000 for c in w[1:])]
+        bpe = Tokenizer(models.BPE())
+        bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        bpe.train_from_iterator([" ".join(marked)], trainers.BpeTrainer(
+            vocab_size=vocab_size - len(cls.SPECIALS), show_progress=False))
+        pieces = sorted(bpe.get_vocab().items(), key=lambda kv: kv[1])  # alphabet by code point, then merges
+        vocab = {t: i for i, t in enumerate(cls.SPECIALS)}
+        for piece, _ in pieces:
+            vocab[_written(piece)] = len(vocab)
+        tok.model = models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##")
+        tok.add_special_tokens(list(cls.SPECIALS))  # "[MASK]" in a text is the mask, never split
+        return cls(tok)
+
+    @classmethod
+    def from_str(cls, json: str) -> "WordPiece":
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_str(json))
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def special_ids(self) -> list[int]:
+        """The ids of [PAD], [UNK], [CLS], [SEP] and [MASK]: those masking never chooses nor draws."""
+        return [self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id]
+
+    def encode(self, text: str) -> list[int]:
+        """The pieces' ids, no [CLS] or [SEP] added."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        """The normalised words joined by single spaces, pieces inside a word joined; special tokens kept
+        (a masked input reads "[MASK]")."""
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def facts(self) -> dict:
+        return dict(vocab_size=len(self), level=self.level, tokenizer=self.tokenizer.to_str(),
+                    pad_id=self.pad_id, unk_id=self.unk_id, cls_id=self.cls_id, sep_id=self.sep_id,
+                    mask_id=self.mask_id)
+
+
 @lru_cache(maxsize=4)
 def _tokenizer(train: str, test: str, kind: str, vocab_size: int | None) -> CharVocab | ByteBPE:
     if kind == "char":
