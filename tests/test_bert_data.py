@@ -76,3 +76,102 @@ def test_wordpiece_training_is_deterministic_within_and_across_processes():
     import hashlib
 
     assert there.stdout.strip() == hashlib.sha256(here.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- masking (Section 3.1, Appendix A.1)
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+
+from common.data.mlm import IGNORE_INDEX, mask_tokens  # noqa: E402
+
+PAD, UNK, CLS, SEP, MASK = range(5)
+SPECIALS = (PAD, UNK, CLS, SEP, MASK)
+
+
+def batch(B: int, T: int, V: int, seed: int = 0, shortest: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pairs "[CLS] A [SEP] B [SEP]" of random lengths (shortest to T real tokens), padded with [PAD]:
+    ids (B, T) and attention_mask (B, T); a few [UNK] among the ordinary tokens."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, V, (B, T), generator=g)
+    ids[torch.rand(B, T, generator=g) < 0.02] = UNK
+    lengths = torch.randint(shortest, T + 1, (B,), generator=g)
+    for b, n in enumerate(lengths.tolist()):
+        ids[b, 0], ids[b, n // 2], ids[b, n - 1] = CLS, SEP, SEP
+        ids[b, n:] = PAD
+    return ids, (torch.arange(T) < lengths[:, None]).long()
+
+
+def tolerance(share: float, n: int, sds: float = 4.5) -> float:
+    """4.5 binomial standard deviations of a share over n draws: a correct draw falls outside once in
+    about 150,000 seeds (two-sided normal tail), a bias of that size is caught."""
+    return sds * math.sqrt(share * (1 - share) / n)
+
+
+def test_mask_tokens_chooses_15_percent_of_each_sequences_candidates_uniformly():
+    ids, attn = batch(512, 256, 1000)
+    inputs, labels = mask_tokens(ids, attn, SPECIALS, MASK, 1000, torch.Generator().manual_seed(1))
+    candidate = attn.bool() & ~torch.isin(ids, torch.tensor(SPECIALS))
+    chosen = labels != IGNORE_INDEX
+    n, k = candidate.sum(1), chosen.sum(1)
+    # the released code's count: round(0.15 n) in every sequence (so within half a token of 15%), at least one
+    assert torch.equal(k, torch.round(0.15 * n.double()).long().clamp(min=1))
+    assert abs(k.sum() / n.sum() - 0.15) < 0.5 * len(n) / n.sum()
+    # uniform over the candidates: the first and last halves of the positions are chosen as often
+    for half in (slice(0, 128), slice(128, 256)):
+        share, seen = chosen[:, half].sum() / candidate[:, half].sum(), int(candidate[:, half].sum())
+        assert abs(share - 0.15) < tolerance(0.15, seen)
+
+
+def test_mask_tokens_makes_80_percent_mask_10_random_10_unchanged_and_labels_the_originals():
+    V = 1000
+    ids, attn = batch(512, 256, V)
+    inputs, labels = mask_tokens(ids, attn, SPECIALS, MASK, V, torch.Generator().manual_seed(2))
+    chosen = labels != IGNORE_INDEX
+    assert torch.equal(labels[chosen], ids[chosen])  # labels: the original ids where chosen, -100 elsewhere
+    assert torch.equal(inputs[~chosen], ids[~chosen])  # nothing else changes
+    m = int(chosen.sum())
+    masked = (inputs[chosen] == MASK).double().mean()
+    same = (inputs[chosen] == ids[chosen]).double().mean()
+    other = 1 - masked - same
+    unchanged = 0.1 + 0.1 / (V - 5)  # kept, or drawn and equal to the original
+    assert abs(masked - 0.8) < tolerance(0.8, m)
+    assert abs(same - unchanged) < tolerance(unchanged, m)
+    assert abs(other - (0.2 - unchanged)) < tolerance(0.2 - unchanged, m)
+
+
+def test_mask_tokens_never_chooses_specials_or_padding_nor_draws_a_special():
+    V = 12  # 7 ordinary tokens: each is drawn many times
+    ids, attn = batch(256, 64, V, seed=3)
+    before = ids.clone()
+    inputs, labels = mask_tokens(ids, attn, SPECIALS, MASK, V, torch.Generator().manual_seed(3))
+    assert torch.equal(ids, before)  # the input is not changed in place
+    special = torch.isin(ids, torch.tensor(SPECIALS))
+    assert (labels[special | (attn == 0)] == IGNORE_INDEX).all()
+    assert torch.equal(inputs[special], ids[special])  # [PAD], [UNK], [CLS], [SEP] kept where they are
+    replaced = (labels != IGNORE_INDEX) & (inputs != MASK) & (inputs != ids)
+    assert set(inputs[replaced].tolist()) == set(range(5, V))  # drawn from the ordinary tokens, all of them
+
+
+def test_mask_tokens_chooses_at_least_one_in_every_sequence_and_at_most_max_predictions():
+    ids, attn = batch(256, 128, 500, seed=4, shortest=4)  # the shortest hold one candidate: round(0.15) = 0
+    _, labels = mask_tokens(ids, attn, SPECIALS, MASK, 500, torch.Generator().manual_seed(4))
+    n = (attn.bool() & ~torch.isin(ids, torch.tensor(SPECIALS))).sum(1)
+    k = (labels != IGNORE_INDEX).sum(1)
+    few = (n >= 1) & (n <= 3)  # round(0.15 n) = 0
+    assert few.any() and (k[few] == 1).all() and (k[n >= 1] >= 1).all()
+    _, capped = mask_tokens(ids, attn, SPECIALS, MASK, 500, torch.Generator().manual_seed(4), max_predictions=5)
+    assert (capped != IGNORE_INDEX).sum(1).max() == 5 and ((capped != IGNORE_INDEX).sum(1) == k.clamp(max=5)).all()
+    only_specials = torch.tensor([[CLS, SEP, PAD, PAD]])
+    _, none = mask_tokens(only_specials, torch.tensor([[1, 1, 0, 0]]), SPECIALS, MASK, 500, torch.Generator())
+    assert (none == IGNORE_INDEX).all()  # no candidate: nothing chosen
+
+
+def test_mask_tokens_is_the_same_for_the_same_generator_state():
+    ids, attn = batch(64, 128, 1000, seed=5)
+    a = mask_tokens(ids, attn, SPECIALS, MASK, 1000, torch.Generator().manual_seed(7))
+    b = mask_tokens(ids, attn, SPECIALS, MASK, 1000, torch.Generator().manual_seed(7))
+    c = mask_tokens(ids, attn, SPECIALS, MASK, 1000, torch.Generator().manual_seed(8))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
