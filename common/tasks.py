@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.data.mlm import IGNORE_INDEX
 from common.metrics import BLEU, Accuracy, Mean, MeanSquaredError, Metrics, Sum
 
 if TYPE_CHECKING:  # torchmetrics' package imports all of its metrics (torchvision, transformers): seconds, paid
@@ -113,6 +114,37 @@ def soft_distillation(Z_s: torch.Tensor, Z_d: torch.Tensor, Z_t: torch.Tensor, y
     kl = F.kl_div(F.log_softmax(Z_d / tau, dim=-1), F.log_softmax(Z_t / tau, dim=-1), reduction="batchmean",
                   log_target=True)
     return (1 - lam) * cross_entropy(Z_s, y) + lam * tau ** 2 * kl
+
+
+def masked_lm_sums(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """BERT's masked-LM scores as sums over the chosen positions (Section 3.1: "T_i will be used to predict
+    the original token with cross entropy loss"), which add up over batches and ranks: the summed negative
+    log-likelihood, the correct argmax predictions and the count of chosen positions. A position labelled
+    IGNORE_INDEX (not chosen, or padding) counts in none of them, whatever its logits.
+
+    Args:
+        logits: (B, T, V) the MLM head's.
+        labels: (B, T) the original ids where chosen, IGNORE_INDEX elsewhere (common.data.mlm.mask_tokens).
+    """
+    chosen = labels != IGNORE_INDEX  # (B, T)
+    nll = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                          reduction="sum")  # () over the chosen positions
+    correct = ((logits.argmax(-1) == labels) & chosen).sum()  # ()
+    return nll, correct, chosen.sum()
+
+
+def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The masked-LM training loss: the mean cross-entropy over the batch's chosen positions, each token
+    weighing the same whichever sequence holds it (zero where none is chosen)."""
+    nll, _, count = masked_lm_sums(logits, labels)
+    return nll / count.clamp(min=1)
+
+
+def masked_lm_metrics(nll: float, correct: float, count: float) -> dict[str, float]:
+    """Loss (the mean over every chosen token), MLM accuracy and perplexity (exp of that loss) from
+    masked_lm_sums summed over an evaluation set."""
+    loss = nll / count
+    return {"loss": loss, "mlm_accuracy": correct / count, "perplexity": math.exp(loss)}
 
 
 class Classification(Task):

@@ -175,3 +175,52 @@ def test_mask_tokens_is_the_same_for_the_same_generator_state():
     c = mask_tokens(ids, attn, SPECIALS, MASK, 1000, torch.Generator().manual_seed(8))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert not torch.equal(a[1], c[1])
+
+
+# ---------------------------------------------------------------- the masked-LM loss and metrics
+
+from common.tasks import masked_lm_loss, masked_lm_metrics, masked_lm_sums  # noqa: E402
+
+
+def test_masked_lm_loss_reads_only_the_chosen_positions():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 10, 50, generator=g)
+    ids = torch.randint(5, 50, (3, 10), generator=g)
+    labels = torch.where(torch.rand(3, 10, generator=g) < 0.3, ids, IGNORE_INDEX)
+    chosen = labels != IGNORE_INDEX
+    perturbed = logits.clone()
+    perturbed[~chosen] = 100 * torch.randn(int((~chosen).sum()), 50, generator=g)
+    assert torch.equal(masked_lm_loss(perturbed, labels), masked_lm_loss(logits, labels))
+    assert all(torch.equal(a, b) for a, b in zip(masked_lm_sums(perturbed, labels), masked_lm_sums(logits, labels)))
+    moved = logits.clone()
+    moved[chosen] += 5 * torch.randn(int(chosen.sum()), 50, generator=g)
+    assert masked_lm_loss(moved, labels) != masked_lm_loss(logits, labels)  # a chosen position's logits count
+    # by hand: uniform logits give log V and perplexity V; an argmax on the label is correct
+    uniform = torch.zeros(1, 4, 50)
+    uniform[0, 1, 7] = 1e-4  # position 1's argmax is 7
+    nll, correct, count = masked_lm_sums(uniform, torch.tensor([[IGNORE_INDEX, 7, 8, IGNORE_INDEX]]))
+    metrics = masked_lm_metrics(float(nll), float(correct), float(count))
+    assert count == 2 and correct == 1 and metrics["mlm_accuracy"] == 0.5
+    assert metrics["loss"] == pytest.approx(math.log(50), rel=1e-4) and metrics["perplexity"] == pytest.approx(50, rel=1e-3)
+
+
+def test_masked_lm_sums_of_a_padded_batch_are_those_of_its_sequences_alone():
+    g = torch.Generator().manual_seed(1)
+    lengths, T, V = (5, 9), 9, 30
+    alone = []
+    for n in lengths:
+        logits = torch.randn(1, n, V, generator=g)
+        labels = torch.randint(5, V, (1, n), generator=g)
+        labels[0, ::2] = IGNORE_INDEX  # not chosen
+        alone.append((logits, labels))
+    logits = torch.randn(2, T, V, generator=g)  # padding's logits: anything
+    labels = torch.full((2, T), IGNORE_INDEX)
+    for b, ((l, y), n) in enumerate(zip(alone, lengths)):
+        logits[b, :n], labels[b, :n] = l[0], y[0]
+    together = masked_lm_sums(logits, labels)
+    summed = [sum(parts) for parts in zip(*(masked_lm_sums(l, y) for l, y in alone))]
+    assert torch.allclose(together[0], summed[0]) and together[1:] == tuple(summed[1:])
+    # the loss weighs every chosen token the same: not the mean of the two sequences' means
+    assert torch.allclose(masked_lm_loss(logits, labels), summed[0] / summed[2])
+    means = torch.stack([masked_lm_loss(l, y) for l, y in alone]).mean()
+    assert not torch.allclose(masked_lm_loss(logits, labels), means)
