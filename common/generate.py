@@ -8,8 +8,8 @@ generator seeded by --seed, so a seed gives the same text every time. With the m
 (`model(idx, past=..., use_cache=True) -> (logits, present)`) each new token costs one position; past
 the model's positions the context is cut to its last `block_size` tokens and read afresh. The prompt is
 encoded with the run's tokenizer (tokenizer.json in the run directory for --tokenizer bpe, whose
-bytes cover any text; else the data set's characters, where a character the vocabulary never saw
-becomes <unk>, id 0), never an error.
+bytes cover any text, or wordpiece; else the data set's characters, where a character the vocabulary
+never saw becomes <unk>, id 0), never an error.
 """
 
 import argparse
@@ -24,10 +24,10 @@ from common.export import load_run_of
 
 def run_tokenizer(run_dir: Path, facts: dict):
     """What encodes a prompt and decodes the tokens: the tokenizer the run saved, else the data set's."""
-    from common.data.text import ByteBPE, codec
+    from common.data.text import codec
 
-    saved = run_dir / "tokenizer.json"
-    return ByteBPE.from_str(saved.read_text()) if saved.is_file() else codec(facts)
+    saved = run_dir / "tokenizer.json"  # a BPE's or a WordPiece's, as the facts' level says
+    return codec(facts | {"tokenizer": saved.read_text()} if saved.is_file() else facts)
 
 
 def generate(model, prompt: list[int], tokens: int, temperature: float = 1.0, top_k: int = 0, seed: int = 0,

@@ -108,11 +108,11 @@ class Data:
                                  parse=positive_int)
     seq_len: int | None = opt(None, "generated sequences (adding-1997): the minimal length T (default 100)",
                               parse=positive_int, metavar="T")
-    tokenizer: str = opt("char", "text data sets but tokens (whose meta.json holds its own): char (default), or bpe: "
-                         "a byte-level BPE trained on the training split, saved in the run directory as "
-                         "tokenizer.json", choices=TOKENIZERS)
-    vocab_size: int | None = opt(None, f"--tokenizer bpe: its vocabulary, 256 bytes and the merges (default "
-                                 f"{BPE_VOCAB_SIZE})", parse=positive_int)
+    tokenizer: str = opt("char", "text data sets but tokens (whose meta.json holds its own): char (default), bpe: "
+                         "a byte-level BPE trained on the training split, or wordpiece: BERT's WordPiece trained "
+                         "so; saved in the run directory as tokenizer.json", choices=TOKENIZERS)
+    vocab_size: int | None = opt(None, f"--tokenizer bpe or wordpiece: its vocabulary (BPE: 256 bytes and the merges; "
+                                 f"default {BPE_VOCAB_SIZE})", parse=positive_int)
     num_workers: int = opt(0, "DataLoader worker processes", parse=non_negative_int, resumable=True)
 
 

@@ -78,6 +78,56 @@ def test_wordpiece_training_is_deterministic_within_and_across_processes():
     assert there.stdout.strip() == hashlib.sha256(here.encode()).hexdigest()
 
 
+def test_a_text_data_set_reads_with_wordpiece_and_its_tokenizer_decodes_it():
+    from common.data import get_dataset
+
+    pydoc = get_dataset("pydoc")
+    facts = pydoc.facts(tokenizer="wordpiece", vocab_size=400)
+    assert (facts["vocab_size"], facts["level"], facts["mask_id"]) == (400, "wordpiece", 4)
+    train, test = pydoc.read(tokenizer="wordpiece", vocab_size=400, block_size=32)
+    wp = text.codec(facts)
+    assert isinstance(wp, text.WordPiece) and train[0][0].shape == (32,)
+    assert wp.decode(train[0][0]).startswith('the " assert " statement')  # pydoc's first topic, uncased
+    assert torch.equal(train[0][1][:-1], train[0][0][1:])  # the next token at every position, as char's blocks
+    # bits per character count a token's characters: a piece's own, "##" left out, none for [CLS]
+    chars = facts["token_chars"]
+    assert chars[wp.cls_id] == 0 and chars[wp.unk_id] == 1
+    assert [chars[i] for i in wp.encode("statements")] == [len(p.removeprefix("##")) for p in
+                                                          wp.tokenizer.encode("statements").tokens]
+
+
+def test_wordpiece_is_a_tokenizer_choice_and_its_vocabulary_size_applies():
+    from common.config import resolve, validate
+    from common.errors import ConfigError
+
+    validate(resolve(dict(paper="gpt", tokenizer="wordpiece", vocab_size=200, block_size=32)))  # below BPE's 256
+    with pytest.raises(ConfigError, match="--vocab-size sizes a BPE vocabulary; add --tokenizer bpe \\(or "
+                                          "--tokenizer wordpiece"):
+        validate(resolve(dict(paper="gpt", vocab_size=200)))
+
+
+def test_prepare_text_writes_wordpiece_shards_with_texts_ids(tmp_path, capsys):
+    """Token shards of a WordPiece trained on the whole training text: the ids --dataset text gives, and
+    the facts (tokenizer, token_chars) that decode them."""
+    import numpy as np
+
+    from common.data import get_dataset, prepare_text
+
+    book = tmp_path / "book.txt"
+    book.write_text(text.corpus()[0][:40_000])
+    assert prepare_text.main(["--input", str(book), "--tokenizer", "wordpiece", "--vocab-size", "300",
+                              "--out", str(tmp_path / "shards")]) == 0
+    assert "wordpiece: 300 tokens, trained on" in capsys.readouterr().out
+    facts = get_dataset("tokens").facts(data_dir=str(tmp_path / "shards"))
+    theirs = get_dataset("text").facts(data_dir=str(book), tokenizer="wordpiece", vocab_size=300)
+    assert facts == {k: theirs[k] for k in ("vocab_size", "level", "token_chars", "tokenizer")}
+    train_text, test_text = text.corpus(str(book), "text")
+    wp = text.codec(facts)
+    for split, part in (("train", train_text), ("test", test_text)):
+        ids = np.fromfile(tmp_path / "shards" / f"{split}.bin", "uint16")
+        assert ids.tolist() == wp.encode(part)
+
+
 # ---------------------------------------------------------------- masking (Section 3.1, Appendix A.1)
 
 import math  # noqa: E402

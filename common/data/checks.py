@@ -86,9 +86,10 @@ def check_tokens(cfg, data, spec) -> None:
                           f"data (--data-dir's meta.json)")
     if cfg.tokenizer != "char" and data.inputs != "tokens":
         raise ConfigError(f"--tokenizer {cfg.tokenizer} splits text into tokens; {data.name} has {data.inputs} inputs")
-    if cfg.vocab_size is not None and cfg.tokenizer != "bpe":
-        raise ConfigError("--vocab-size sizes a BPE vocabulary; add --tokenizer bpe")
-    if cfg.vocab_size is not None and cfg.vocab_size <= 256:
+    if cfg.vocab_size is not None and cfg.tokenizer == "char":
+        raise ConfigError("--vocab-size sizes a BPE vocabulary; add --tokenizer bpe (or --tokenizer wordpiece: "
+                          "a WordPiece vocabulary)")
+    if cfg.vocab_size is not None and cfg.tokenizer == "bpe" and cfg.vocab_size <= 256:
         raise ConfigError(f"--vocab-size {cfg.vocab_size}: a byte-level BPE holds the 256 bytes and its merges; "
                           f"use more than 256")
     positions = spec.flavors.get(cfg.flavor, {}).get("block_size")  # a language model's learned positions

@@ -1,14 +1,14 @@
 """Tokenize a corpus once into token shards for `--dataset tokens` (nanoGPT's prepare.py, for any text):
 
-    python -m common.data.prepare_text --input FILE_OR_DIR --tokenizer {char,bpe} [--vocab-size N] --out DIR
+    python -m common.data.prepare_text --input FILE_OR_DIR --tokenizer {char,bpe,wordpiece} [--vocab-size N] --out DIR
 
 --input is a UTF-8 file, a folder whose .txt files are read in sorted order of their paths, or
 `pydoc` (the built-in corpus, with pydoc's own split). A file or folder is read as `--dataset text`
 reads it: each file stripped of leading and trailing whitespace, the files joined by blank lines,
 training text up to the first line break at or after 90% of the characters, test text after it
 (the same split to the character: the first pass counts them). Both splits get the same ids as
-`--dataset text` gives them, for char always, for bpe when its training sample is the whole
-training text.
+`--dataset text` gives them, for char always, for bpe and wordpiece when the training sample is
+the whole training text.
 
 Memory stays flat in the size of the corpus: the files are read in chunks of CHUNK_BYTES, in two
 passes. The first checks that they are UTF-8 text, counts characters and (char) collects the
@@ -20,6 +20,8 @@ characters the vocabulary holds; the second encodes and appends the ids to the s
           before a single space or line break between two non-space characters, where GPT-2's
           pre-tokenizer splits anyway, so the pieces' ids are the whole text's (a text with no such
           place, one long line of CJK characters say, is held until its split ends).
+    wordpiece  text.WordPiece, trained on the same sample and encoded in the same pieces (its
+          pre-tokenizer splits at every space and line break too).
 It writes DIR/train.bin, DIR/test.bin and DIR/meta.json (see common.data.tokens), under temporary
 names until all three are complete. A mistake in the input is one line and exit code 2, with
 nothing written.
@@ -227,10 +229,10 @@ class CharEncoder:
 
 
 class BPEEncoder:
-    """Ids of text.ByteBPE, the text encoded in pieces of at least BPE_PIECE characters (many at a time,
+    """Ids of text.ByteBPE (or text.WordPiece), the text encoded in pieces of at least BPE_PIECE characters (many at a time,
     by HF tokenizers' threads), each cut where GPT-2's pre-tokenizer splits anyway (CUT)."""
 
-    def __init__(self, bpe: text.ByteBPE):
+    def __init__(self, bpe: text.ByteBPE | text.WordPiece):
         self.bpe, self.dtype, self.rest = bpe, token_dtype(len(bpe)), ""
 
     def encode(self, piece: str) -> np.ndarray:
@@ -314,9 +316,9 @@ def prepare(where: str, tokenizer: str, out: Path, vocab_size: int | None = None
     if tokenizer not in text.TOKENIZERS:
         raise ConfigError(f"unknown tokenizer '{tokenizer}'; choose from: {', '.join(text.TOKENIZERS)}")
     if tokenizer == "char" and (vocab_size is not None or bpe_sample_mb is not None):
-        raise ConfigError("--vocab-size and --bpe-sample-mb go with --tokenizer bpe; a char vocabulary is the "
-                          "corpus's characters")
-    if vocab_size is not None and vocab_size <= 256:
+        raise ConfigError("--vocab-size and --bpe-sample-mb go with --tokenizer bpe or wordpiece; a char vocabulary "
+                          "is the corpus's characters")
+    if tokenizer == "bpe" and vocab_size is not None and vocab_size <= 256:
         raise ConfigError(f"--vocab-size {vocab_size}: a byte-level BPE holds the 256 bytes and its merges; use more "
                           f"than 256")
     if bpe_sample_mb is not None and bpe_sample_mb <= 0:
@@ -332,10 +334,11 @@ def prepare(where: str, tokenizer: str, out: Path, vocab_size: int | None = None
         decodes = encoder.vocab.facts()
     else:
         sample = bpe_sample(corpus, bpe_sample_mb or BPE_SAMPLE_MB)
-        encoder = BPEEncoder(text.ByteBPE.train(sample, vocab_size or text.BPE_VOCAB_SIZE))
+        kind = text.ByteBPE if tokenizer == "bpe" else text.WordPiece
+        encoder = BPEEncoder(kind.train(sample, vocab_size or text.BPE_VOCAB_SIZE))
         decodes = encoder.bpe.facts()
         meta |= dict(bpe_sample_mb=bpe_sample_mb or BPE_SAMPLE_MB, bpe_sample_characters=len(sample))
-        lines.append(f"bpe: {len(encoder.bpe):,} tokens, trained on the first {len(sample):,} characters of the "
+        lines.append(f"{tokenizer}: {len(encoder.bpe):,} tokens, trained on the first {len(sample):,} characters of the "
                      f"training text (at most {bpe_sample_mb or BPE_SAMPLE_MB:g} MB)")
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
@@ -376,9 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="a UTF-8 text file, a folder of .txt files (read in sorted order "
                    "of their paths), or pydoc (the built-in corpus, with its own split)")
     p.add_argument("--tokenizer", choices=text.TOKENIZERS, default="char",
-                   help="char (default): the corpus's characters; bpe: a byte-level BPE trained on a sample")
-    p.add_argument("--vocab-size", type=int, help=f"--tokenizer bpe: its vocabulary (default {text.BPE_VOCAB_SIZE})")
-    p.add_argument("--bpe-sample-mb", type=float, metavar="MB", help=f"--tokenizer bpe: train it on the first MB "
+                   help="char (default): the corpus's characters; bpe: a byte-level BPE trained on a sample; "
+                        "wordpiece: BERT's WordPiece, trained so")
+    p.add_argument("--vocab-size", type=int, help=f"--tokenizer bpe or wordpiece: its vocabulary (default "
+                                                  f"{text.BPE_VOCAB_SIZE})")
+    p.add_argument("--bpe-sample-mb", type=float, metavar="MB", help=f"--tokenizer bpe or wordpiece: train it on the "
+                   f"first MB "
                    f"megabytes of the training text (default {BPE_SAMPLE_MB})")
     p.add_argument("--out", required=True, type=Path, help="the folder to write the shards into")
     p.add_argument("--force", action="store_true", help="replace the shards that --out already holds")

@@ -1,5 +1,5 @@
-"""Text to model: the built-in `pydoc` corpus, or `text` from --data-dir, tokenized by character or
-by byte-level BPE, cut into blocks for a language model.
+"""Text to model: the built-in `pydoc` corpus, or `text` from --data-dir, tokenized by character,
+by byte-level BPE or by WordPiece, cut into blocks for a language model.
 
 `pydoc` is real English that the Python standard library ships: the documentation topics of
 `pydoc_data.topics` (the text `help("if")` prints; about 465,000 characters over 79 topics in
@@ -36,6 +36,11 @@ Tokenizers (--tokenizer):
     bpe   byte-level BPE (GPT-2's; HF tokenizers) trained on the training split to --vocab-size
           tokens: the 256 bytes, then merges. Any text encodes, whatever characters it holds.
           The trainer saves it as tokenizer.json in the run directory.
+    wordpiece  BERT's WordPiece (HF tokenizers), uncased, trained on the training split to --vocab-size
+          tokens, [PAD] [UNK] [CLS] [SEP] [MASK] first; saved as tokenizer.json too. Its text is
+          normalised (lowercased, accents stripped) and a word holding a character it never saw is
+          [UNK] whole; bits per character count the characters of the normalised words a token stands
+          for, not the spaces between words, so they read higher than char's or bpe's on the same text.
 A sample is a block of `block_size` tokens and the same block shifted by one (the next token at
 every position); the blocks of a split do not overlap. Bits per character count the characters
 a token stands for (`token_chars`; at character level one each), so tokenizers compare.
@@ -342,38 +347,52 @@ class WordPiece:
         (a masked input reads "[MASK]")."""
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
+    def token_chars(self) -> list[int]:
+        """Per id, the characters of the normalised text it stands for: a piece's own ("##" not counted),
+        one for [UNK] (a word it could not read, of unknown length), none for the other specials; the
+        spaces between words count in no token."""
+        chars = [0] * len(self)
+        for piece, i in self.tokenizer.get_vocab().items():
+            chars[i] = 1 if i == self.unk_id else 0 if piece in self.SPECIALS else len(piece.removeprefix("##"))
+        return chars
+
     def facts(self) -> dict:
         return dict(vocab_size=len(self), level=self.level, tokenizer=self.tokenizer.to_str(),
-                    pad_id=self.pad_id, unk_id=self.unk_id, cls_id=self.cls_id, sep_id=self.sep_id,
+                    token_chars=self.token_chars(), pad_id=self.pad_id, unk_id=self.unk_id, cls_id=self.cls_id, sep_id=self.sep_id,
                     mask_id=self.mask_id)
 
 
+Tokenizer = CharVocab | ByteBPE | WordPiece
+
+
 @lru_cache(maxsize=4)
-def _tokenizer(train: str, test: str, kind: str, vocab_size: int | None) -> CharVocab | ByteBPE:
+def _tokenizer(train: str, test: str, kind: str, vocab_size: int | None) -> Tokenizer:
     if kind == "char":
         return CharVocab("".join(sorted(set(train) | set(test))))
     if kind == "bpe":
         return ByteBPE.train(train, vocab_size or BPE_VOCAB_SIZE)
+    if kind == "wordpiece":
+        return WordPiece.train(train, vocab_size or BPE_VOCAB_SIZE)
     raise ConfigError(f"unknown tokenizer '{kind}'; choose from: {', '.join(TOKENIZERS)}")
 
 
 def make_tokenizer(data_dir: str | None = None, tokenizer: str = "char", vocab_size: int | None = None,
-                   dataset: str = "pydoc") -> CharVocab | ByteBPE:
-    """The data set's tokenizer: its characters, or a BPE trained on its training split (pydoc-rest's:
+                   dataset: str = "pydoc") -> Tokenizer:
+    """The data set's tokenizer: its characters, or a BPE or WordPiece trained on its training split (pydoc-rest's:
     pydoc's, so that its ids are pydoc-topics')."""
     return tokenizer_of(corpus(data_dir, "pydoc" if dataset == "pydoc-rest" else dataset), tokenizer, vocab_size)
 
 
-def tokenizer_of(texts: tuple[str, str], tokenizer: str = "char", vocab_size: int | None = None) -> CharVocab | ByteBPE:
-    """The tokenizer of a (training text, test text) corpus: the characters of both, or a BPE trained on
-    the training text (one per corpus and kind: cached)."""
+def tokenizer_of(texts: tuple[str, str], tokenizer: str = "char", vocab_size: int | None = None) -> Tokenizer:
+    """The tokenizer of a (training text, test text) corpus: the characters of both, or a BPE or WordPiece
+    trained on the training text (one per corpus and kind: cached)."""
     return _tokenizer(*texts, tokenizer, vocab_size)
 
 
-def codec(facts: dict) -> CharVocab | ByteBPE:
+def codec(facts: dict) -> Tokenizer:
     """The tokenizer a data set's facts describe (what common.generate encodes a prompt with)."""
-    if facts.get("level") == "bpe":
-        return ByteBPE.from_str(facts["tokenizer"])
+    if facts.get("level") in ("bpe", "wordpiece"):
+        return (ByteBPE if facts["level"] == "bpe" else WordPiece).from_str(facts["tokenizer"])
     return CharVocab("".join(facts["itos"][1:]))
 
 
@@ -409,7 +428,7 @@ def load(data_dir: str | None = None, block_size: int | None = None, tokenizer: 
                      block_size, dataset, (where, where))
 
 
-def blocks_of(texts: tuple[str, str], tok: CharVocab | ByteBPE, block_size: int | None, dataset: str,
+def blocks_of(texts: tuple[str, str], tok: Tokenizer, block_size: int | None, dataset: str,
               wheres: tuple[str, str]) -> tuple[Blocks, Blocks]:
     """The training and test blocks of a (training text, test text) corpus; a text shorter than one block
     is a ConfigError naming the data set and where the text came from (`wheres`, one per split)."""

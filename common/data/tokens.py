@@ -4,13 +4,13 @@
 the two splits one after another (numpy uint16, or uint32 for a vocabulary beyond 65,536 ids),
 and `meta.json`, which says how to read them:
 
-    level         the tokenizer kind, "char" or "bpe" (as text's facts name it)
+    level         the tokenizer kind, "char", "bpe" or "wordpiece" (as text's facts name it)
     vocab_size    ids 0 .. vocab_size - 1
     dtype         "uint16" or "uint32"
     splits        per split ("train", "test"): tokens, characters, characters_per_token
     itos          char: the vocabulary, <unk> first (text.CharVocab's)
-    tokenizer     bpe: the HF tokenizers JSON (text.ByteBPE's)
-    token_chars   bpe: the characters each id stands for (for bits per character)
+    tokenizer     bpe, wordpiece: the HF tokenizers JSON (text.ByteBPE's, text.WordPiece's)
+    token_chars   bpe, wordpiece: the characters each id stands for (for bits per character)
     source        what was tokenized; bpe_sample_* what the BPE was trained on
 
 The files are read through numpy.memmap, a block at a time, so a corpus larger than memory trains:
@@ -38,7 +38,8 @@ META = "meta.json"
 DTYPES = ("uint16", "uint32")
 EVAL_BLOCKS = 1024  # test blocks an evaluation reads, at most
 SHUFFLE_CHUNK = 65_536  # training blocks per chunk of the epoch's order (samplers.ChunkedOrder)
-DECODES = {"char": ("itos",), "bpe": ("token_chars", "tokenizer")}  # what decodes the ids, per level
+# what decodes the ids, per level
+DECODES = {"char": ("itos",), "bpe": ("token_chars", "tokenizer"), "wordpiece": ("token_chars", "tokenizer")}
 
 
 def token_dtype(vocab_size: int) -> str:
