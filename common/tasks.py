@@ -431,6 +431,64 @@ class LanguageModeling(Task):
         return f"test bits per character {metrics['bits_per_char']:.4g}, perplexity {metrics['perplexity']:.4g}"
 
 
+class MaskedLanguageModeling(Task):
+    """BERT's pre-training (Section 3.1): the masked LM, and next sentence prediction where the data has it.
+
+    Inputs {"idx": (B, T) ids with the chosen tokens replaced, "segments": (B, T), "mask": (B, T)}; targets
+    {"labels": (B, T) the original ids of the chosen positions, IGNORE_INDEX elsewhere (padding too),
+    "next_sentence_label": (B,) 0 IsNext, 1 NotNext} (common.data.sentence_pairs; single segments have no
+    next_sentence_label). The model gives (MLM logits (B, T, V), NSP logits (B, 2) or None). The loss is
+    the released code's: the masked LM's cross-entropy averaged over the batch's chosen tokens, plus NSP's
+    averaged over its pairs where the data labels them. The loss counts only the chosen positions: a
+    padded batch's summed scores are those of its sequences alone (masked_lm_sums). Evaluation reports
+    the MLM accuracy (the share of chosen tokens predicted, ranked higher is better), perplexity (exp
+    of the MLM loss per chosen token), NSP accuracy and loss, and their sum ("loss"), as sums over
+    every rank's batches.
+    """
+
+    kind = "masked-lm"
+    metric = "mlm_accuracy"
+    higher_is_better = True
+    beside = ("perplexity", "nsp_accuracy")
+    train_metric = "mlm_accuracy"
+
+    def loss(self, outputs: tuple, targets: dict) -> torch.Tensor:
+        mlm_logits, nsp_logits = outputs
+        loss = masked_lm_loss(mlm_logits, targets["labels"])
+        if nsp_logits is not None and "next_sentence_label" in targets:
+            loss = loss + F.cross_entropy(nsp_logits.float(), targets["next_sentence_label"])
+        return loss
+
+    @torch.no_grad()
+    def train_counts(self, outputs: tuple, targets: dict) -> torch.Tensor:
+        _, correct, count = masked_lm_sums(outputs[0], targets["labels"])
+        return torch.stack([correct, count]).double()
+
+    def metrics(self) -> dict:
+        return {"nll": Sum(), "correct": Sum(), "count": Sum(), "nsp_accuracy": Accuracy(), "nsp_loss": Mean()}
+
+    def update(self, metrics: Metrics, outputs: tuple, targets: dict) -> None:
+        mlm_logits, nsp_logits = outputs
+        for name, value in zip(("nll", "correct", "count"), masked_lm_sums(mlm_logits, targets["labels"])):
+            metrics[name].update(value.double())
+        if nsp_logits is not None and "next_sentence_label" in targets:
+            metrics["nsp_accuracy"].update(nsp_logits.float(), targets["next_sentence_label"])
+            metrics["nsp_loss"].update(F.cross_entropy(nsp_logits.float(), targets["next_sentence_label"],
+                                                       reduction="none"))
+
+    def compute(self, metrics: Metrics) -> dict[str, float]:
+        values = {k: float(v) for k, v in metrics.compute().items()}  # NaN NSP scores where nothing had NSP
+        scores = masked_lm_metrics(values["nll"], values["correct"], values["count"])
+        if not math.isnan(values["nsp_accuracy"]):
+            scores |= {"mlm_loss": scores["loss"], "nsp_accuracy": values["nsp_accuracy"],
+                       "nsp_loss": values["nsp_loss"], "loss": scores["loss"] + values["nsp_loss"]}
+        return scores
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        nsp = f", NSP accuracy {metrics['nsp_accuracy']:.4g}" if "nsp_accuracy" in metrics else ""
+        return f"test MLM accuracy {metrics['mlm_accuracy']:.4g}, perplexity {metrics['perplexity']:.4g}{nsp}"
+
+
 def gathered_mean_average_precision() -> Metric:
     """torchmetrics' MeanAveragePrecision (COCO's bbox evaluation by faster_coco_eval) whose per-image
     states come from every rank in one all_gather_object. Its own synchronisation gathers each image's
@@ -450,7 +508,8 @@ def gathered_mean_average_precision() -> Metric:
     return GatheredMeanAveragePrecision(box_format="xyxy", iou_type="bbox", backend="faster_coco_eval")
 
 
-TASKS = {task.kind: task for task in (Classification, Regression, Detection, Seq2Seq, LanguageModeling)}
+TASKS = {task.kind: task for task in (Classification, Regression, Detection, Seq2Seq, LanguageModeling,
+                                       MaskedLanguageModeling)}
 
 
 def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0, **options) -> Task:

@@ -160,8 +160,8 @@ def test_a_padded_sample_gets_what_it_gets_alone_whatever_the_padding():
                 assert (mlm[b, :n] - alone_mlm[0]).abs().max() < 1e-5
                 assert (nsp[b] - alone_nsp[0]).abs().max() < 1e-5
         empty = torch.cat([mask[:1], torch.zeros_like(mask[:1])])  # a row of padding only stays finite
-        assert torch.isfinite(model(idx[:2], attention_mask=empty)[0]).all()
-        assert (model(idx[:2], attention_mask=empty)[0][0] - model(idx[:1])[0][0]).abs().max() < 1e-5
+        assert torch.isfinite(model(idx[:2], mask=empty)[0]).all()
+        assert (model(idx[:2], mask=empty)[0][0] - model(idx[:1])[0][0]).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -172,7 +172,7 @@ def test_causal_reads_no_later_token_and_bert_does(causal):
     later[:, 6:] = (later[:, 6:] + 1) % 50  # change every token after position 5
     with torch.no_grad():
         for m in (None, mask):
-            h, h_later = model.forward_features(idx, attention_mask=m), model.forward_features(later, attention_mask=m)
+            h, h_later = model.forward_features(idx, mask=m), model.forward_features(later, mask=m)
             upto = (h - h_later)[:, :6].abs().max()
             assert upto < 1e-6 if causal else upto > 1e-3  # bidirectional: earlier positions read later ones
 

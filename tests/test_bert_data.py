@@ -133,6 +133,7 @@ def test_prepare_text_writes_wordpiece_shards_with_texts_ids(tmp_path, capsys):
 import math  # noqa: E402
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 from common.data.mlm import IGNORE_INDEX, mask_tokens  # noqa: E402
 
@@ -274,3 +275,172 @@ def test_masked_lm_sums_of_a_padded_batch_are_those_of_its_sequences_alone():
     assert torch.allclose(masked_lm_loss(logits, labels), summed[0] / summed[2])
     means = torch.stack([masked_lm_loss(l, y) for l, y in alone]).mean()
     assert not torch.allclose(masked_lm_loss(logits, labels), means)
+
+
+# ---------------------------------------------------------------- the pre-training pairs (Section 3.1, Appendix A.2)
+
+from common.config import resolve, validate  # noqa: E402
+from common.data import get_dataset, sentence_pairs  # noqa: E402
+from common.errors import ConfigError  # noqa: E402
+from common.tasks import get_task  # noqa: E402
+
+PAIRS, SEGMENTS = get_dataset("pydoc-pairs"), get_dataset("pydoc-segments")
+
+
+@lru_cache(maxsize=2)
+def pydoc_pairs(nsp: bool = True):
+    return (PAIRS if nsp else SEGMENTS).read(tokenizer="wordpiece")
+
+
+def joined(ids) -> str:
+    """Token ids as a string in which a contiguous run of ids is a substring."""
+    return "," + ",".join(map(str, ids)) + ","
+
+
+def test_a_sample_is_cls_a_sep_b_sep_with_its_segments_and_fits_the_block():
+    train, test = pydoc_pairs()
+    wp = train.wp
+    for data in (train, test):
+        for k in range(0, len(data), 7):
+            ids, segments = data.ids[k], data.segments[k]
+            sep = (ids == wp.sep_id).nonzero()[:, 0]
+            assert ids[0] == wp.cls_id and (ids == wp.cls_id).sum() == 1 and len(sep) == 2 and sep[1] == len(ids) - 1
+            assert sep[0] > 1 and sep[1] > sep[0] + 1  # A and B hold a token each at least
+            assert torch.equal(segments, (torch.arange(len(ids)) > sep[0]).long())  # 0 to the first [SEP], then 1
+            assert len(ids) <= 128 and data.sizes[k] == len(ids)
+    assert max(train.sizes) == 128 and len(set(train.sizes)) > 50  # lengths vary (documents end, shorter targets)
+    assert len(train) > 5000 and len(test) > 500
+
+
+def test_is_next_b_follows_a_in_its_document_and_not_next_b_comes_from_another():
+    samples, wp = sentence_pairs.pairs_of("train", 128, None, True)
+    documents = []
+    for document in sentence_pairs.pydoc_documents("train"):
+        ids = wp.tokenizer.encode_batch(sentence_pairs.sentences(document), add_special_tokens=False)
+        documents.append(joined([t for e in ids for t in e.ids]))
+    labels = torch.tensor([label for _, _, label in samples])
+    share = (labels == sentence_pairs.NOT_NEXT).double().mean()
+    assert 0.5 <= share < 0.6  # half, and a chunk of one sentence always takes a random B (the released code's)
+    checked = {sentence_pairs.IS_NEXT: 0, sentence_pairs.NOT_NEXT: 0}
+    for a, b, label in samples[::10]:
+        if len(a) < 20 or len(b) < 20:  # short runs of tokens may stand anywhere
+            continue
+        home = [d for d in documents if joined(a) in d]
+        assert home, "A is a contiguous run of one document"
+        after = [d.index(joined(a)) + len(joined(a)) - 1 for d in home]  # where A ends, as a string offset
+        follows = any(0 <= d.find(joined(b)[:-1]) - end <= len(joined(a)) + len(joined(b))
+                      for d, end in zip(home, after))  # B within the tokens truncation took between them
+        assert follows == (label == sentence_pairs.IS_NEXT), (wp.decode(a), wp.decode(b), label)
+        checked[label] += 1
+    assert min(checked.values()) > 50
+
+
+def test_single_segments_have_no_b_no_nsp_label_and_build_bert_without_its_nsp_head():
+    train, _ = pydoc_pairs(nsp=False)
+    wp = train.wp
+    for k in range(0, len(train), 11):
+        x, y = train[k]
+        assert train.ids[k][0] == wp.cls_id and (train.ids[k] == wp.sep_id).nonzero()[:, 0].tolist() == [
+            len(train.ids[k]) - 1]
+        assert not x["segments"].any() and set(y) == {"labels"}
+    assert SEGMENTS.facts(tokenizer="wordpiece")["nsp"] is False and PAIRS.facts(tokenizer="wordpiece")["nsp"] is True
+
+
+def test_masks_are_drawn_once_per_sample_from_its_index_alike_in_every_process():
+    train, test = pydoc_pairs()
+    wp = train.wp
+    x, y = train[5]
+    again, _ = train[5]
+    assert torch.equal(x["idx"], again["idx"])  # static: the same masks whenever the sample is read
+    chosen = y["labels"] != IGNORE_INDEX
+    n = int((~torch.isin(train.ids[5], torch.tensor(wp.special_ids()))).sum())
+    assert int(chosen.sum()) == max(1, round(0.15 * n))  # 15% of its tokens, as mask_tokens chooses them
+    assert torch.equal(y["labels"][chosen], train.ids[5][chosen]) and torch.equal(x["segments"], train.segments[5])
+    assert not torch.equal(train[6][1]["labels"] != IGNORE_INDEX, train[5][1]["labels"] != IGNORE_INDEX)
+    import hashlib
+
+    def digest(data) -> str:
+        return hashlib.sha256(b"".join(torch.cat([data[k][0]["idx"], data[k][1]["labels"]]).numpy().tobytes()
+                                       for k in range(0, len(data), 50))).hexdigest()
+
+    code = ("import hashlib, torch; from common.data import get_dataset; train, _ = get_dataset('pydoc-pairs').read("
+            "tokenizer='wordpiece'); print(hashlib.sha256(b''.join(torch.cat([train[k][0]['idx'], train[k][1]["
+            "'labels']]).numpy().tobytes() for k in range(0, len(train), 50))).hexdigest())")
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert there.stdout.strip() == digest(train)
+
+
+def test_a_batch_is_padded_at_the_end_with_pad_no_label_and_a_mask():
+    train, _ = pydoc_pairs()
+    picked = [train[k] for k in range(40) if train.sizes[k] < 128][:3] + [train[train.sizes.index(128)]]
+    inputs, targets = PAIRS.collate(pad_multiple=8)(picked)
+    assert inputs["idx"].shape == inputs["segments"].shape == inputs["mask"].shape == targets["labels"].shape == (4, 128)
+    for b, (x, y) in enumerate(picked):
+        n = len(x["idx"])
+        assert torch.equal(inputs["idx"][b, :n], x["idx"]) and torch.equal(targets["labels"][b, :n], y["labels"])
+        assert inputs["mask"][b].sum() == n and not inputs["mask"][b, n:].any()
+        assert (inputs["idx"][b, n:] == 0).all() and (inputs["segments"][b, n:] == 0).all()  # [PAD], segment A
+        assert (targets["labels"][b, n:] == IGNORE_INDEX).all()
+    assert targets["next_sentence_label"].tolist() == [int(y["next_sentence_label"]) for _, y in picked]
+    assert SEGMENTS.collate()([pydoc_pairs(False)[0][0]])[1].keys() == {"labels"}
+
+
+# ---------------------------------------------------------------- the masked-LM task kind
+
+def bert_and_batch(n: int = 6, seed: int = 0):
+    from papers.bert.model import BERT, FLAVORS
+
+    train, _ = pydoc_pairs()
+    torch.manual_seed(seed)
+    model = BERT(**FLAVORS["tiny"] | dict(vocab_size=len(train.wp))).eval()
+    lengths = sorted(set(train.sizes))
+    picked = [train[train.sizes.index(length)] for length in lengths[:: len(lengths) // n][:n]]  # n lengths
+    return model, picked
+
+
+def test_the_loss_is_the_masked_lms_over_the_chosen_tokens_plus_nsps():
+    model, picked = bert_and_batch()
+    inputs, targets = PAIRS.collate()(picked)
+    task = get_task("masked-lm", PAIRS.facts(tokenizer="wordpiece"))
+    with torch.no_grad():
+        mlm, nsp = task.forward(model, inputs, targets)
+        chosen = targets["labels"] != IGNORE_INDEX
+        by_hand = (F.cross_entropy(mlm[chosen], targets["labels"][chosen])
+                   + F.cross_entropy(nsp, targets["next_sentence_label"]))
+        assert abs(task.loss((mlm, nsp), targets) - by_hand) < 1e-5
+        assert abs(task.loss((mlm, None), targets) - F.cross_entropy(mlm[chosen], targets["labels"][chosen])) < 1e-5
+        no_label = {"labels": targets["labels"]}  # single segments
+        assert abs(task.loss((mlm, nsp), no_label) - task.loss((mlm, None), targets)) < 1e-6
+        hits, count = task.train_counts((mlm, nsp), targets).tolist()
+        assert count == chosen.sum() and hits == (mlm.argmax(-1) == targets["labels"])[chosen].sum()
+
+
+def test_a_padded_batch_sums_to_the_scores_of_its_sequences_one_at_a_time():
+    """The masked LM's summed negative log-likelihood, correct predictions and count, and NSP's, of a padded
+    batch of six lengths through BERT: those of its samples run alone, unpadded."""
+    from common.metrics import Metrics
+
+    model, picked = bert_and_batch()
+    task = get_task("masked-lm", PAIRS.facts(tokenizer="wordpiece"))
+    together, alone = Metrics(task.metrics()), Metrics(task.metrics())
+    inputs, targets = PAIRS.collate(pad_multiple=64)(picked)
+    assert len({int(m.sum()) for m in inputs["mask"]}) == 6 and not inputs["mask"].all()
+    with torch.no_grad():
+        task.update(together, task.forward(model, inputs, targets), targets)
+        for sample in picked:
+            x, y = PAIRS.collate()([sample])
+            assert x["mask"].all()  # alone: no padding
+            task.update(alone, task.forward(model, x, y), y)
+    a, b = together.compute(), alone.compute()
+    assert a["count"] == b["count"] > 50 and a["correct"] == b["correct"]
+    assert abs(a["nll"] - b["nll"]) < 1e-4 * b["nll"] and a["nll"] > 100
+    scores = task.compute(together)
+    assert scores.keys() == {"loss", "mlm_accuracy", "perplexity", "mlm_loss", "nsp_accuracy", "nsp_loss"}
+    assert abs(scores["mlm_loss"] - a["nll"] / a["count"]) < 1e-9 and abs(scores["perplexity"] - math.exp(
+        scores["mlm_loss"])) < 1e-6 and abs(scores["loss"] - scores["mlm_loss"] - scores["nsp_loss"]) < 1e-9
+    assert task.compute(alone)["nsp_accuracy"] == scores["nsp_accuracy"]
+    model.nsp_head = None  # a model without NSP (on single segments): no NSP scores
+    none = Metrics(task.metrics())
+    with torch.no_grad():
+        task.update(none, task.forward(model, inputs, targets), targets)
+    assert task.compute(none).keys() == {"loss", "mlm_accuracy", "perplexity"}

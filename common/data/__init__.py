@@ -20,9 +20,10 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, long_pairs, mnist, pairs, shapes, text, tokens, vision, wds
+from common.data import (adding, coco, dates, detect, digits, long_pairs, mnist, pairs, sentence_pairs, shapes, text,
+                         tokens, vision, wds)
 from common.data.augment import Augmented
-from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
+from common.data.collate import pad_images, pad_masked_lm, pad_pairs, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, RepeatedAugmentation, ResumableSampler
 from common.errors import ConfigError
 
@@ -195,6 +196,18 @@ DATASETS = {
                                 f"{len(text.TOPIC_CLASSES)} pydoc topics of its training split, labelled by topic, "
                                 f"{text.TOPIC_TRAIN} train / {text.TOPIC_TEST} test a topic from the start and the "
                                 f"end of its text: a small labelled task for a model pre-trained on pydoc"),
+        DatasetSpec("pydoc-pairs", "masked-lm", "tokens", sentence_pairs.facts, sentence_pairs.load,
+                    variable_size=True, collate_fn=pad_masked_lm, options=("block_size", "tokenizer", "vocab_size"),
+                    description="BERT's pre-training samples \"[CLS] A [SEP] B [SEP]\" of pydoc-rest's topics in pydoc's "
+                                "WordPiece (--tokenizer wordpiece), B the text after A or (half of them) a random "
+                                "topic's, labelled IsNext / NotNext, at most 128 tokens; 15% of the tokens masked "
+                                "once (80% [MASK], 10% random, 10% kept); the text read 10 times, each its own pairs "
+                                "and masks; pydoc's test topics for test"),
+        DatasetSpec("pydoc-segments", "masked-lm", "tokens", partial(sentence_pairs.facts, nsp=False),
+                    partial(sentence_pairs.load, nsp=False), variable_size=True, collate_fn=pad_masked_lm,
+                    options=("block_size", "tokenizer", "vocab_size"),
+                    description="pydoc-pairs as single segments \"[CLS] A [SEP]\" with no NSP label: BERT's \"No "
+                                "NSP\" pre-training (Table 5)"),
         DatasetSpec("text", "language-modeling", "tokens", partial(text.facts, dataset="text"),
                     partial(text.load, dataset="text"), reads_folder=True, options=("block_size", "tokenizer", "vocab_size"),
                     description="UTF-8 text from --data-dir: a file, or a folder's .txt files joined in order of "

@@ -7,8 +7,9 @@ top-left; sequences at the end. The padded sizes are rounded up to a multiple of
 `pad_multiple`, so that batches come in fewer shapes (fewer recompiles under
 torch.compile) and patch-based models get sides that divide into patches.
 Padded inputs come back as a dict: {"images", "mask"}, {"x", "lengths",
-"mask"}, or for pairs of token sequences {"src", "src_lengths", "mask"} with
-the padded targets; `mask` is True on valid elements.
+"mask"}, for pairs of token sequences {"src", "src_lengths", "mask"} with
+the padded targets, or for masked-LM samples {"idx", "segments", "mask"};
+`mask` is True on valid elements.
 
 Targets are stacked where each sample's target is a tensor or a number, and kept
 as a list with one dict per sample where each is a dict (the form torchvision's
@@ -16,6 +17,7 @@ detection models take: a variable number of boxes per image).
 """
 
 import torch
+import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import default_collate
 
@@ -76,6 +78,24 @@ def pad_pairs(samples: list[tuple[torch.Tensor, torch.Tensor]], pad_multiple: in
     tgt = pad_sequence(list(targets), batch_first=True, padding_value=pad_id)  # (B, T)
     tgt_in = torch.cat([tgt.new_full((len(targets), 1), bos_id), tgt[:, :-1]], dim=1)  # (B, T): shifted right
     return {"src": src, "src_lengths": lengths, "tgt": tgt_in, "mask": torch.arange(S) < lengths[:, None]}, tgt
+
+
+def pad_masked_lm(samples: list[tuple[dict, dict]], pad_multiple: int = 1, pad_id: int = 0) -> tuple[dict, dict]:
+    """Masked-LM samples ({"idx": (T_i,), "segments": (T_i,)}, {"labels": (T_i,)[, "next_sentence_label": ()]})
+    -> ({"idx": (B, T), "segments": (B, T), "mask": (B, T)}, {"labels": (B, T)[, "next_sentence_label": (B,)]}),
+    padded at the end: ids with pad_id ([PAD]), segments with 0, labels with IGNORE_INDEX (no prediction)."""
+    from common.data.mlm import IGNORE_INDEX
+
+    inputs, targets = zip(*samples)
+    lengths = torch.tensor([len(x["idx"]) for x in inputs])
+    T = round_up(int(lengths.max()), pad_multiple)
+    padded = lambda key, value, rows: torch.stack([F.pad(r[key], (0, T - len(r[key])), value=value) for r in rows])
+    batch = {"idx": padded("idx", pad_id, inputs), "segments": padded("segments", 0, inputs),
+             "mask": torch.arange(T) < lengths[:, None]}
+    labels = {"labels": padded("labels", IGNORE_INDEX, targets)}
+    if "next_sentence_label" in targets[0]:
+        labels["next_sentence_label"] = torch.stack([y["next_sentence_label"] for y in targets])
+    return batch, labels
 
 
 def to_device(batch, device: torch.device):

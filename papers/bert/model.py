@@ -35,7 +35,7 @@ def init_weights_(module: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
-def attention_mask_for(attention_mask: torch.Tensor | None, T: int, causal: bool,
+def attention_mask_for(mask: torch.Tensor | None, T: int, causal: bool,
                        device: torch.device) -> torch.Tensor | None:
     """Which keys each query reads, as SDPA takes it: (B or 1, 1, T or 1, T) bool, True where query i
     may attend to key j; None for SDPA's own is_causal (GPT's blocks read None as causal).
@@ -45,12 +45,13 @@ def attention_mask_for(attention_mask: torch.Tensor | None, T: int, causal: bool
     position ever reads) has something to attend to and stays finite, even in a row of padding only.
 
     Args:
-        attention_mask: (B, T) bool or 0/1, 1 on real tokens, 0 on padding; None: no padding.
+        mask: (B, T) bool or 0/1, 1 on real tokens, 0 on padding (Hugging Face's attention_mask); None: no
+            padding.
     """
-    if attention_mask is None:
+    if mask is None:
         return None if causal else torch.ones(1, 1, 1, T, dtype=torch.bool, device=device)
     i = torch.arange(T, device=device)  # (T,) the queries' and the keys' positions
-    allowed = attention_mask.to(torch.bool)[:, None, None, :] | (i[:, None] == i)  # (B, 1, T, T)
+    allowed = mask.to(torch.bool)[:, None, None, :] | (i[:, None] == i)  # (B, 1, T, T)
     return allowed & (i <= i[:, None]) if causal else allowed  # causal: key j <= query i
 
 
@@ -122,15 +123,15 @@ class BERTEncoder(nn.Module):
         return set()
 
     def forward_features(self, idx: torch.Tensor, segments: torch.Tensor | None = None,
-                         attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                         mask: torch.Tensor | None = None) -> torch.Tensor:
         """The final hidden vectors T_i (Section 3.1), (B, T, H); those of padded positions mean nothing."""
         T = idx.shape[1]
         if not torch.compiler.is_compiling() and T > self.block_size:
             raise ValueError(f"{T} positions exceed the {self.block_size} that the position embeddings learned")
         h = self.embeddings(idx, segments)  # (B, T, H)
-        mask = attention_mask_for(attention_mask, T, self.causal, idx.device)
+        allowed = attention_mask_for(mask, T, self.causal, idx.device)
         for block in self.blocks:
-            h, _ = block(h, mask)  # (B, T, H)
+            h, _ = block(h, allowed)  # (B, T, H)
         return h
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
@@ -138,14 +139,15 @@ class BERTEncoder(nn.Module):
         return torch.tanh(self.pooler(h[:, 0]))
 
     def forward(self, idx: torch.Tensor, segments: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The final hidden vectors (B, T, H) and C (B, H) (None without a pooler) of idx (B, T).
 
         Args:
             segments: (B, T) 0 on sentence A's tokens, 1 on B's (Hugging Face's token_type_ids); None: all A.
-            attention_mask: (B, T) bool or 0/1, 1 on real tokens, 0 on padding; None: no padding.
+            mask: (B, T) bool or 0/1, 1 on real tokens, 0 on padding (Hugging Face's attention_mask); None:
+                no padding.
         """
-        h = self.forward_features(idx, segments, attention_mask)
+        h = self.forward_features(idx, segments, mask)
         return h, (None if self.pooler is None else self.pool(h))
 
 
@@ -188,10 +190,10 @@ class BERT(BERTEncoder):
             init_weights_(self.nsp_head)
 
     def forward(self, idx: torch.Tensor, segments: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """MLM logits (B, T, V) at every position, and NSP logits (B, 2) (None without the NSP head), of the
-        pairs idx (B, T) "[CLS] A [SEP] B [SEP]"; segments and attention_mask as BERTEncoder's."""
-        h = self.forward_features(idx, segments, attention_mask)  # (B, T, H)
+        pairs idx (B, T) "[CLS] A [SEP] B [SEP]"; segments and mask as BERTEncoder's."""
+        h = self.forward_features(idx, segments, mask)  # (B, T, H)
         mlm = self.mlm(h, self.embeddings.token.weight)  # (B, T, V)
         return mlm, (None if self.nsp_head is None else self.nsp_head(self.pool(h)))  # (B, 2)
 
@@ -227,9 +229,9 @@ class BERTClassifier(ClassifierMixin, BERTEncoder):
         init_weights_(layer)
 
     def forward(self, idx: torch.Tensor, segments: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Class logits C W^T (B, K) of idx (B, T); segments and attention_mask as BERTEncoder's."""
-        _, C = super().forward(idx, segments, attention_mask)  # (B, H)
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Class logits C W^T (B, K) of idx (B, T); segments and mask as BERTEncoder's."""
+        _, C = super().forward(idx, segments, mask)  # (B, H)
         return self.W(self.dropout(C))
 
 
@@ -298,6 +300,8 @@ def from_hf(hf_model: nn.Module) -> BERTEncoder:
 # tiny one (its vocab_size is the data set's, set when the model is built).
 FLAVORS = {
     "tiny": dict(vocab_size=128, block_size=128, n_layer=2, n_head=2, n_embd=64),  # FFN 256
+    # BERTClassifier (papers/bert/__init__.py's variant) of tiny's sizes: fine-tuning from a tiny run
+    "tiny-classifier": dict(vocab_size=128, block_size=128, n_layer=2, n_head=2, n_embd=64),
     "BERT-base": dict(vocab_size=30522, block_size=512, n_layer=12, n_head=12, n_embd=768),
     "BERT-large": dict(vocab_size=30522, block_size=512, n_layer=24, n_head=16, n_embd=1024),
 }
