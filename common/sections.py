@@ -191,7 +191,7 @@ class Parallelism:
     dp_shard: int | None = opt(None, "data parallel: ranks that shard the model, its gradients and optimizer state "
                                "(FSDP2)", parse=positive_int, resumable=True)
     tp: int = opt(1, "tensor parallel: split the linear layers of the paper's tp_plan over this many neighbouring "
-                  "processes (vit, deit, swin, gpt, transformer)", parse=positive_int, resumable=True)
+                  "processes (vit, deit, swin, gpt, bert, transformer)", parse=positive_int, resumable=True)
     sequence_parallel: bool = opt(False, "with --tp: split the positions between the split layers (the norms, "
                                   "residual adds and dropouts) over the ranks too (pre-norm blocks: vit, gpt's GPT-2 "
                                   "flavors)", resumable=True)

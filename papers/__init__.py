@@ -174,7 +174,7 @@ class PaperSpec:
 # inverted bottleneck and the Transformer's design, last), and detection on a CNN (Faster R-CNN,
 # then DETR's Transformer on a ResNet); then attention for images (ViT, then Swin's shifted windows) and
 # recurrence for sequences, and translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al.,
-# the Transformer), then GPT.
+# the Transformer), then GPT and BERT.
 PAPER_FOLDERS = (
     "lenet",
     "alexnet",
@@ -196,6 +196,7 @@ PAPER_FOLDERS = (
     "bahdanau",
     "transformer",
     "gpt",
+    "bert",
 )
 
 

@@ -344,6 +344,11 @@ def test_single_segments_have_no_b_no_nsp_label_and_build_bert_without_its_nsp_h
             len(train.ids[k]) - 1]
         assert not x["segments"].any() and set(y) == {"labels"}
     assert SEGMENTS.facts(tokenizer="wordpiece")["nsp"] is False and PAIRS.facts(tokenizer="wordpiece")["nsp"] is True
+    from papers import get_paper
+
+    bert = get_paper("bert")
+    assert bert.build_for_data("tiny", SEGMENTS.facts(tokenizer="wordpiece")).nsp_head is None
+    assert bert.build_for_data("tiny", PAIRS.facts(tokenizer="wordpiece")).nsp_head is not None
 
 
 def test_masks_are_drawn_once_per_sample_from_its_index_alike_in_every_process():
@@ -383,6 +388,19 @@ def test_a_batch_is_padded_at_the_end_with_pad_no_label_and_a_mask():
         assert (targets["labels"][b, n:] == IGNORE_INDEX).all()
     assert targets["next_sentence_label"].tolist() == [int(y["next_sentence_label"]) for _, y in picked]
     assert SEGMENTS.collate()([pydoc_pairs(False)[0][0]])[1].keys() == {"labels"}
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--tokenizer", "char"], "--dataset pydoc-pairs is read in WordPiece tokens .*; use --tokenizer wordpiece, not char"),
+    (["--dataset", "pydoc-segments", "--tokenizer", "bpe"], "--dataset pydoc-segments is read in WordPiece tokens"),
+    (["--model-kwargs", "nsp=False"], "--model-kwargs nsp: BERT takes nsp from the data set"),
+])
+def test_what_the_pairs_refuse_is_one_error(flags, words):
+    values = {k.lstrip("-").replace("-", "_"): v for k, v in zip(flags[::2], flags[1::2])}
+    if "model_kwargs" in values:
+        values["model_kwargs"] = {"nsp": False}
+    with pytest.raises(ConfigError, match=words):
+        validate(resolve(dict(paper="bert") | values))
 
 
 # ---------------------------------------------------------------- the masked-LM task kind

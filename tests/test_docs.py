@@ -481,6 +481,9 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "its seed (see [Fine-tuning]) |\n| `--lora RANK`, `--lora-alpha ALPHA`, `--lora-targets q,v` | with `--init`, "
         "train a low-rank update of the attention projections alone (LoRA), every weight `--init` loaded frozen; "
         "checkpoints and model.safetensors hold what trains (see [Fine-tuning]) |\n| `--model-kwargs",
+    # BERT's tp_plan (GPT's blocks)
+    "(vit, deit, swin, gpt, transformer)": "(vit, deit, swin, gpt, bert, transformer)",
+    "names them (vit, deit, swin, gpt, transformer;": "names them (vit, deit, swin, gpt, bert, transformer;",
 }
 
 

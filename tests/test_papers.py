@@ -79,10 +79,11 @@ def test_forward_shape_no_nan_and_every_parameter_gets_a_gradient(name):
         if isinstance(out, dict):  # in training, auxiliary classifiers' outputs beside the logits
             assert all(a.shape == out["logits"].shape for a, _ in out["aux"])
             out = out["logits"]
-        assert out.shape[0] == len(y)
+        n = len(next(iter(y.values()))) if isinstance(y, dict) else len(y)  # targets, or a dict of them (BERT's)
+        heads = out if isinstance(out, tuple) else (out,)  # several heads' outputs (BERT's MLM and NSP logits)
+        assert all(h.shape[0] == n and torch.isfinite(h).all() for h in heads if h is not None) and heads[0] is not None
         if data.task == "classification":
-            assert out.shape == (len(y), data.facts()["num_classes"])
-        assert torch.isfinite(out).all()
+            assert out.shape == (n, data.facts()["num_classes"])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):  # after one update, since a zero-initialised head blocks gradients at first
         opt.zero_grad()

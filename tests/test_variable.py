@@ -113,9 +113,12 @@ def test_a_sample_gives_the_same_output_alone_and_in_a_padded_batch(name):
     with torch.no_grad():
         together = call(model, inputs)
         for k, (x, _) in enumerate(picked):
-            if spec.inputs == "pairs":  # a batch of one pair, unpadded; its logits over its own target
+            if spec.inputs == "pairs" or isinstance(x, dict):  # a batch of one sample, unpadded: a pair's logits
+                # over its own target; each head's outputs of a sample of several inputs (BERT's ids and segments)
                 alone = call(model, data.collate()([picked[k]])[0])
-                assert (together[k, :alone.shape[1]] - alone[0]).abs().max() < 1e-5, (name, k, x.shape)
+                heads = lambda out: out if isinstance(out, tuple) else (out,)
+                for t, a in zip(heads(together), heads(alone)):
+                    assert (t[k, :a.shape[1]] - a[0]).abs().max() < 1e-5, (name, k)
                 continue
             alone = model(x[None])  # unpadded, no mask
             if isinstance(alone[0], dict):  # one dict of detections per image
