@@ -195,6 +195,8 @@ def _total(out) -> torch.Tensor:
     """One scalar of every output a model gives in training (auxiliary classifiers' too), to backpropagate."""
     if getattr(out, "logits", None) is not None:  # transformers' ModelOutput (a dict, without "aux")
         return out.logits.sum()
+    if hasattr(out, "to_tuple"):  # one of several heads (BertForPreTraining's prediction and NSP logits)
+        return sum(t.sum() for t in out.to_tuple() if torch.is_tensor(t))
     if isinstance(out, dict):  # ours: {"logits": ..., "aux": [(logits, weight), ...]}
         return out["logits"].sum() + sum(a.sum() for a, _ in out["aux"])
     if isinstance(out, tuple):  # torchvision's GoogLeNetOutputs
