@@ -470,19 +470,25 @@ def topics_load(block_size: int | None = None, tokenizer: str = "char", vocab_si
     pre-trains with, so that a pre-trained model's vocabulary fits) and cut into non-overlapping passages
     of block_size tokens (128); the first TOPIC_TRAIN of a topic are for training and its last TOPIC_TEST
     for test, disjoint parts of its text (a longer topic's middle goes unused). A topic of fewer passages
-    (at a longer --block-size, or BPE's fewer tokens) is a ConfigError naming it.
+    (at a longer --block-size, or BPE's fewer tokens) is a ConfigError naming it. In WordPiece tokens a
+    passage is BERT's single-segment input, "[CLS] text [SEP]" (Section 3, Figure 1): block_size - 2 tokens
+    of text between the two.
     """
     from pydoc_data.topics import topics
 
     block_size, tok = block_size or BLOCK_SIZE, make_tokenizer(tokenizer=tokenizer, vocab_size=vocab_size)
+    wrap = isinstance(tok, WordPiece)
+    length = block_size - 2 if wrap else block_size  # the text's tokens in a passage
     splits = ([], []), ([], [])  # (passages, labels) of training and of test
     for label, name in enumerate(TOPIC_CLASSES):
         ids = torch.tensor(tok.encode(topics[name].strip()), dtype=torch.int64)
-        n = len(ids) // block_size
+        n = len(ids) // length
         if n < TOPIC_TRAIN + TOPIC_TEST:
             raise ConfigError(f"--dataset pydoc-topics: topic {name} holds {n} passages of {block_size} tokens, fewer "
                               f"than the {TOPIC_TRAIN} + {TOPIC_TEST} a class needs; use a smaller --block-size")
-        passages = ids[: n * block_size].view(n, block_size)  # (n, T)
+        passages = ids[: n * length].view(n, length)  # (n, T) or (n, T - 2)
+        if wrap:  # (n, T): [CLS] passage [SEP]
+            passages = torch.cat([torch.full((n, 1), tok.cls_id), passages, torch.full((n, 1), tok.sep_id)], dim=1)
         for (x, y), part in zip(splits, (passages[:TOPIC_TRAIN], passages[n - TOPIC_TEST:])):
             x.append(part)
             y.append(torch.full((len(part),), label, dtype=torch.int64))
