@@ -481,9 +481,27 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "its seed (see [Fine-tuning]) |\n| `--lora RANK`, `--lora-alpha ALPHA`, `--lora-targets q,v` | with `--init`, "
         "train a low-rank update of the attention projections alone (LoRA), every weight `--init` loaded frozen; "
         "checkpoints and model.safetensors hold what trains (see [Fine-tuning]) |\n| `--model-kwargs",
-    # BERT's tp_plan (GPT's blocks)
+    # BERT: its tp_plan (GPT's blocks), and its default run
     "(vit, deit, swin, gpt, transformer)": "(vit, deit, swin, gpt, bert, transformer)",
     "names them (vit, deit, swin, gpt, transformer;": "names them (vit, deit, swin, gpt, bert, transformer;",
+    "| pydoc | 1.679 bits per character (548 s; a unigram model: 4.63) |\n":
+        "| pydoc | 1.679 bits per character (548 s; a unigram model: 4.63) |\n| bert | `torchrun --nproc_per_node 2 "
+        "train.py --paper bert` | pydoc-pairs | not run in full yet (see [its note]) |\n",
+    # BERT's pre-training data sets, before text's row
+    "| `text` | tokens, as `pydoc` | language modeling (bits per character) |":
+        '| `pydoc-pairs` | tokens: "[CLS] A [SEP] B [SEP]", up to 128 WordPiece tokens, with segment ids and a '
+        "padding mask | masked LM (MLM accuracy, perplexity, NSP accuracy) | BERT's pre-training samples "
+        "(`common/data/sentence_pairs.py`, as the released `create_pretraining_data.py` makes them): pydoc-rest's"
+        ' training topics as documents, split into sentences; A a run of sentences, B the text after it (IsNext) '
+        "or, half of the time, a run from a random other topic (NotNext); 15% of each sample's tokens chosen once"
+        " (80% `[MASK]`, 10% a random token, 10% kept) from a generator seeded by the sample's index; the text "
+        "read 10 times, each with its own pairs and masks: 5,971 train / 884 test samples (pydoc's test topics), "
+        "116.7 tokens on average, 55.6% NotNext; pydoc's WordPiece only (`--tokenizer wordpiece`, the ids of "
+        '`pydoc-topics` read with it); bert trains on it |\n| `pydoc-segments` | tokens: "[CLS] A [SEP]", up to '
+        '128 WordPiece tokens | masked LM (MLM accuracy, perplexity) | `pydoc-pairs` as single segments with no '
+        'NSP label (4,470 train / 655 test samples): BERT\'s "No NSP" pre-training (Table 5), which builds bert '
+        'without its NSP head |\n'
+        "| `text` | tokens, as `pydoc` | language modeling (bits per character) |",
 }
 
 
