@@ -20,9 +20,10 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import adding, coco, dates, detect, digits, long_pairs, mnist, pairs, shapes, text, tokens, vision, wds
+from common.data import (adding, canvas, coco, dates, detect, digits, long_pairs, mnist, pairs, segfolder, shapes, text,
+                         tokens, vision, wds)
 from common.data.augment import Augmented
-from common.data.collate import pad_images, pad_pairs, pad_sequences, stack
+from common.data.collate import pad_images, pad_pairs, pad_segmentation, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, RepeatedAugmentation, ResumableSampler
 from common.errors import ConfigError
 
@@ -246,6 +247,17 @@ DATASETS = {
                     preprocess=coco.preprocessing, reads_folder=True,
                     description="COCO-format detection data from --data-dir: train.json and test.json, or one "
                                 ".json split 80/20, and their images"),
+        DatasetSpec("fashion-canvas", "segmentation", "image", canvas.facts, canvas.load, variable_size=True,
+                    preprocess=canvas.preprocessing, collate_fn=pad_segmentation, reads_folder=True,
+                    description=f"{canvas.TRAIN_SIZE:,} train / {canvas.TEST_SIZE:,} test canvases of 40 to 96 by 40 to "
+                                f"96 pixels holding 1 to {canvas.MAX_ITEMS} Fashion-MNIST items (their own pixels, "
+                                f"from fashion-mnist's files), touching and overlapping, with a class per pixel "
+                                f"(background and the ten, void on a band at every border) and an instance id"),
+        DatasetSpec("segfolder", "segmentation", "image", segfolder.facts, segfolder.load, variable_size=True,
+                    preprocess=segfolder.preprocessing, collate_fn=pad_segmentation, reads_folder=True,
+                    description="images and their masks of class indices from --data-dir: classes.txt, images/ "
+                                "and masks/ (a PNG per image, palette or grayscale, 255 void), at their own "
+                                "sizes; a fixed 20% test split unless train/ and test/ are given"),
         DatasetSpec("imagefolder", "classification", "image", vision.imagefolder_facts, vision.imagefolder_load,
                     resizable=True, preprocess=vision.imagefolder_preprocess, reads_folder=True,
                     description="a folder of class subfolders from --data-dir, resized to --image-size"),
