@@ -171,8 +171,8 @@ class PaperSpec:
 
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
 # The CNN lineage first, in the order a study group reads it (ConvNeXt, ResNet modernised with MobileNetV2's
-# inverted bottleneck and the Transformer's design, last), and detection on a CNN (Faster R-CNN,
-# then DETR's Transformer on a ResNet); then attention for images (ViT, then Swin's shifted windows) and
+# inverted bottleneck and the Transformer's design, last), detection on a CNN (Faster R-CNN, then DETR's
+# Transformer on a ResNet) and segmentation (FCN); then attention for images (ViT, then Swin's shifted windows) and
 # recurrence for sequences, and translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al.,
 # the Transformer), then GPT.
 PAPER_FOLDERS = (
@@ -187,6 +187,7 @@ PAPER_FOLDERS = (
     "convnext",
     "faster_rcnn",
     "detr",
+    "fcn",
     "vit",
     "deit",
     "swin",

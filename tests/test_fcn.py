@@ -27,7 +27,8 @@ def randomize(model: nn.Module) -> nn.Module:
         for m in model.modules():
             if type(m) is nn.Conv2d:
                 nn.init.kaiming_normal_(m.weight)
-                nn.init.normal_(m.bias, 0, 0.1)
+                if m.bias is not None:
+                    nn.init.normal_(m.bias, 0, 0.1)
     return model.eval()
 
 
@@ -225,9 +226,9 @@ def test_parameter_counts_against_table1():
 
 def test_tiny_flavor_trains_a_step():
     model = FCN(**FLAVORS["tiny"])
-    x, y = torch.randn(2, 1, 36, 28), torch.randint(0, 12, (2, 36, 28))
+    x, y = torch.randn(2, 1, 36, 28), torch.randint(0, 11, (2, 36, 28))
     out = model(x)["out"]
-    assert out.shape == (2, 12, 36, 28)
+    assert out.shape == (2, 11, 36, 28)
     F.cross_entropy(out, y).backward()
     assert model.score_fr.weight.grad.abs().sum() > 0 and model.upscore2.weight.grad is not None
 
@@ -247,3 +248,27 @@ def test_resnet_dilates_only_bottlenecks():
         net = ResNet(block="bottleneck", layers=(1, 2, 2, 2), stride_on="3x3", dilate=(False, True, True))
     assert [[b.conv2.dilation[0] for b in stage] for stage in net.stages] == [[1], [1, 1], [1, 2], [2, 4]]
     assert [b.stride for stage in net.stages for b in stage] == [1, 2, 1, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("variant", ["32s", "16s", "8s", "resnet"])
+def test_each_image_of_a_padded_batch_gets_its_scores_alone(variant):
+    """Padded batches (common.layers): images of four sizes, zero-padded into one batch with their mask, get
+    the scores each has alone, unpadded: the skips' crops and sums, the deconvolutions and torchvision's
+    bilinear upsampling (at each image's own scale) read nothing of the padding."""
+    if variant == "resnet":
+        model = randomize_batch_norm(randomize(ResNetFCN(layers=(1, 1, 1, 1), num_classes=4, in_chans=1)))
+    else:
+        model = randomize(FCN(variant, num_classes=4, in_chans=1, **SMALL))
+    images = [torch.randn(1, h, w) for h, w in [(40, 56), (67, 53), (31, 5), (96, 96)]]
+    batch = torch.zeros(4, 1, 96, 96)
+    mask = torch.zeros(4, 96, 96, dtype=torch.bool)
+    for k, x in enumerate(images):
+        batch[k, :, :x.shape[1], :x.shape[2]], mask[k, :x.shape[1], :x.shape[2]] = x, True
+    with torch.no_grad():
+        together = model.eval()(batch, mask=mask)
+        for k, x in enumerate(images):
+            alone = model(x[None])
+            for key, scores in alone.items():
+                got = together[key][k, :, :x.shape[1], :x.shape[2]]
+                assert (got - scores[0]).abs().max() < 1e-5 * max(1.0, scores.abs().max()), (key, x.shape)
+                assert scores.std() > 0.1

@@ -1,4 +1,8 @@
-"""FCN: Long, Shelhamer and Darrell, "Fully Convolutional Networks for Semantic Segmentation", CVPR 2015.
+"""FCN: Long, Shelhamer and Darrell, 2015.
 
-The model only (model.py; torchvision's weights: spec.py). Not registered yet: the segmentation task and
-its data set come first, then a PAPER spec in spec.py and the folder's line in papers/__init__.py."""
+The spec (PAPER) and the rest are in spec.py, imported when first asked for (papers.spec_on_demand),
+so that a tool in this folder (`python -m papers.fcn.…`) answers --help without importing the model and torch."""
+
+from papers import spec_on_demand
+
+__getattr__ = spec_on_demand(__name__)

@@ -12,12 +12,19 @@ backwards-strided convolution, initialised to bilinear interpolation, upsamples 
 it (shelhamer/fcn.berkeleyvision.org, voc-fcn{32,16,8}s); `ResNetFCN` is torchvision's
 fcn_resnet50, a dilated ResNet-50 (papers/resnet) with a 3x3 convolutional head and bilinear
 upsampling, which `papers.fcn.spec.from_torchvision` loads.
+
+Padded batches: images of different sizes share a batch zero-padded at the bottom and right, with a
+mask (B, H, W) of each one's valid pixels (common.layers). Both nets give every image the scores it
+has alone: the feature maps are set back to zero outside each image's own extent after every layer
+that would leave something there (`within`), so that the next layer reads there the zeros it reads
+alone, and every upsampling reads only the image's own cells.
 """
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.layers import MaskedBatchNorm2d
 from papers.resnet.model import FLAVORS as RESNET_FLAVORS
 from papers.resnet.model import ResNet
 from papers.vgg.model import D, VGG, ConvBlock
@@ -61,9 +68,47 @@ class Upsampling(nn.ConvTranspose2d):
                 self.weight[c, c] = kernel  # class c from class c alone
 
 
+def valid_sizes(mask: torch.Tensor) -> torch.Tensor:
+    """Each image's (height, width) (B, 2) from its mask (B, H, W), a top-left rectangle of True."""
+    return torch.stack([mask[:, :, 0].sum(1), mask[:, 0, :].sum(1)], dim=1)
+
+
+def within(x: torch.Tensor, hw: torch.Tensor | None) -> torch.Tensor:
+    """x (B, C, H, W) set to zero outside each image's top-left hw (B, 2) (None: x as it is)."""
+    if hw is None:
+        return x
+    rows = torch.arange(x.shape[2], device=x.device) < hw[:, :1]  # (B, H)
+    cols = torch.arange(x.shape[3], device=x.device) < hw[:, 1:]  # (B, W)
+    return x * (rows[:, None, :, None] & cols[:, None, None, :])
+
+
+def output_size(hw: torch.Tensor | None, layer: nn.Module) -> torch.Tensor | None:
+    """The (height, width) (B, 2) that a convolution or max pooling gives an image of size hw alone:
+    (n + 2p - k) / s + 1, rounded down, or up for Caffe's pooling (ceil_mode). Other layers keep it."""
+    if hw is None or not isinstance(layer, (nn.Conv2d, nn.MaxPool2d)):
+        return hw
+    k, s, p = (v if isinstance(v, int) else v[0] for v in (layer.kernel_size, layer.stride, layer.padding))
+    n = hw + 2 * p - k
+    return (-(-n // s) if getattr(layer, "ceil_mode", False) else n // s) + 1
+
+
 def crop(x: torch.Tensor, offset: int, size: torch.Size | tuple[int, int]) -> torch.Tensor:
     """x (B, C, H', W') cut to (B, C, *size) from (offset, offset): Caffe's Crop layer."""
     return x[:, :, offset: offset + size[0], offset: offset + size[1]]
+
+
+class Block(ConvBlock):
+    """papers/vgg's block (its convolutions with ReLUs, then the max pooling) in a padded batch: it also
+    takes and gives each image's extent hw (B, 2), and after every ReLU sets the map to zero beyond it,
+    where the next convolution reads zeros alone. The pooling reads values >= 0 and zeros beyond, so its
+    windows at an image's edge take the maximum of the image's own pixels, as alone."""
+
+    def forward(self, x: torch.Tensor, hw: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        for layer in self:
+            x, hw = layer(x), output_size(hw, layer)
+            if isinstance(layer, nn.ReLU):
+                x = within(x, hw)
+        return x, hw
 
 
 # The reference's crops (voc-fcn{32,16,8}s/*.prototxt, computed there by caffe.coord_map): map an
@@ -123,7 +168,7 @@ class FCN(nn.Module):
         self.scales = (0.01, 1e-4) if at_once else (1.0, 1.0)  # on pool4, pool3
         blocks, chans = [], in_chans
         for block in D:
-            blocks.append(ConvBlock(chans, block, width=width))
+            blocks.append(Block(chans, block, width=width))
             blocks[-1][-1].ceil_mode = True  # Caffe's pooling: H/2 rounded up
             chans = blocks[-1].out_chans
         blocks[0][0].padding = (100, 100)  # conv1_1, the reference's
@@ -170,38 +215,69 @@ class FCN(nn.Module):
                 ours.weight.copy_(theirs.weight.view_as(ours.weight))  # (out, in * k * k) -> (out, in, k, k)
                 ours.bias.copy_(theirs.bias)
 
-    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Score every pixel of images (B, C, H, W), of any size: {"out": (B, classes, H, W)} (a dict
-        as torchvision's segmentation models give)."""
+    def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Score every pixel of images (B, C, H, W), of any size: {"out": (B, classes, H, W)} (a dict as
+        torchvision's segmentation models give). mask (B, H, W): each image's valid pixels in a padded
+        batch; `hw` then follows each image's own extent through the layers (None: all valid)."""
         size = images.shape[-2:]  # (H, W)
+        hw = None if mask is None else valid_sizes(mask)  # (B, 2)
         x, pools = images, []
         for block in self.blocks:
-            x = block(x)  # pool1 ... pool5: (B, C_i, (H + 198) / 2^i, ...) rounded up
+            x, hw = block(x, hw)  # pool1 ... pool5: (B, C_i, (H + 198) / 2^i, ...) rounded up
             pools.append(x)
         pool3, pool4, pool5 = pools[2:]
-        x = self.dropout(F.relu(self.fc6(pool5), inplace=True))  # (B, 4096, h, w), h = pool5's - 6
-        x = self.dropout(F.relu(self.fc7(x), inplace=True))  # (B, 4096, h, w)
-        score = self.score_fr(x)  # coarse class scores, stride 32: (B, K, h, w)
+        hw = output_size(hw, self.fc6)  # pool5's - 6
+        x = within(self.dropout(F.relu(self.fc6(pool5), inplace=True)), hw)  # (B, 4096, h, w)
+        x = within(self.dropout(F.relu(self.fc7(x), inplace=True)), hw)  # (B, 4096, h, w)
+        score = within(self.score_fr(x), hw)  # coarse class scores, stride 32: (B, K, h, w)
         if self.variant == "32s":
             return {"out": crop(self.upscore(score), OFFSETS["32s"], size)}  # (B, K, 32 h + 32, ...) -> (B, K, H, W)
-        score = self.upscore2(score)  # (B, K, 2 h + 2, 2 w + 2)
+        score, hw = self.upscore2(score), None if hw is None else 2 * hw + 2  # (B, K, 2 h + 2, 2 w + 2)
         score = score + crop(self.score_pool4(pool4 * self.scales[0]), OFFSETS["score_pool4"], score.shape[-2:])
         if self.variant == "16s":
-            return {"out": crop(self.upscore16(score), OFFSETS["16s"], size)}  # (B, K, H, W)
-        score = self.upscore_pool4(score)  # stride 8: (B, K, 4 h + 6, 4 w + 6)
+            return {"out": crop(self.upscore16(within(score, hw)), OFFSETS["16s"], size)}  # (B, K, H, W)
+        score, hw = self.upscore_pool4(within(score, hw)), None if hw is None else 2 * hw + 2  # stride 8: (B, K, 4 h + 6, ...)
         score = score + crop(self.score_pool3(pool3 * self.scales[1]), OFFSETS["score_pool3"], score.shape[-2:])
-        return {"out": crop(self.upscore8(score), OFFSETS["8s"], size)}  # (B, K, H, W)
+        return {"out": crop(self.upscore8(within(score, hw)), OFFSETS["8s"], size)}  # (B, K, H, W)
 
 
 class FCNHead(nn.Sequential):
     """torchvision's FCN head: a 3x3 convolution to a quarter of the channels, batch norm, ReLU,
     dropout 0.1, and a 1x1 convolution to the classes (torchvision's layer indices, so its weights
-    map by name)."""
+    map by name). Batch norm counts the valid pixels only (and zeroes the padding) where a mask is given."""
 
     def __init__(self, in_chans: int, num_classes: int):
         mid = in_chans // 4
-        super().__init__(nn.Conv2d(in_chans, mid, kernel_size=3, padding=1, bias=False), nn.BatchNorm2d(mid),
+        super().__init__(nn.Conv2d(in_chans, mid, kernel_size=3, padding=1, bias=False), MaskedBatchNorm2d(mid),
                          nn.ReLU(), nn.Dropout(0.1), nn.Conv2d(mid, num_classes, kernel_size=1))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        conv, bn, relu, dropout, classify = self
+        return classify(dropout(relu(bn(conv(x), mask))))  # (B, in, h, w) -> (B, mid, h, w) -> (B, K, h, w)
+
+
+def upsample(x: torch.Tensor, size: torch.Size, hw: torch.Tensor | None = None,
+             hw_coarse: torch.Tensor | None = None) -> torch.Tensor:
+    """Bilinear upsampling of x (B, K, h', w') to (B, K, *size), as F.interpolate (align_corners=False)
+    does it. In a padded batch (hw: each image's (height, width), hw_coarse: its cells in x, both (B, 2))
+    each image's own cells are stretched over its own pixels, at its own scale h'_i / h_i: pixel j reads
+    x at (j + 1/2) h'_i / h_i - 1/2, held within 0 and h'_i - 1, from the two cells around it, as
+    F.interpolate computes it, one axis after the other."""
+    if hw is None:
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+    for axis, n in ((2, size[0]), (3, size[1])):  # rows, then columns
+        cells = hw_coarse[:, axis - 2, None]  # (B, 1)
+        scale = cells.float() / hw[:, axis - 2, None].float()  # (B, 1)
+        src = ((torch.arange(n, device=x.device) + 0.5) * scale - 0.5).clamp(min=0)  # (B, n)
+        i0 = torch.minimum(src.long(), cells - 1)  # the cell at or before, (B, n)
+        i1 = torch.minimum(i0 + 1, cells - 1)  # and the next, held at the image's last
+        lam = (src - i0).clamp(max=1).to(x.dtype)  # its weight, (B, n)
+        shape = [x.shape[0], x.shape[1], *x.shape[2:]]
+        shape[axis] = n
+        view = (slice(None), None, slice(None), None) if axis == 2 else (slice(None), None, None, slice(None))
+        take = lambda i: x.gather(axis, i[view].expand(shape))  # (B, K, n, w') or (B, K, H, n)
+        x = take(i0) * (1 - lam[view]) + take(i1) * lam[view]
+    return x  # (B, K, H, W)
 
 
 class ResNetFCN(nn.Module):
@@ -228,31 +304,34 @@ class ResNetFCN(nn.Module):
         self.classifier = FCNHead(net.num_features, num_classes)  # on layer4: 2048 -> 512 -> K
         self.aux_classifier = FCNHead(net.num_features // 2, num_classes) if aux_loss else None  # layer3: 1024
 
-    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """images (B, C, H, W) -> {"out": (B, K, H, W)} and, with aux_loss, "aux" (B, K, H, W):
-        torchvision's dict, so that a loss can weigh the two (and eval code reads "out")."""
-        size = images.shape[-2:]
-        x, _ = self.stem(images)  # (B, 64, H/4, W/4)
+        torchvision's dict, so that a loss can weigh the two (and eval code reads "out"). mask (B, H, W):
+        each image's valid pixels in a padded batch (None: all valid)."""
+        size, coarse = images.shape[-2:], mask
+        x, coarse = self.stem(images, coarse)  # (B, 64, H/4, W/4)
         features = []
         for stage in self.stages:
-            x, _ = stage(x)  # layer1 (B, 256, H/4, W/4), layer2 (B, 512, H/8, W/8), then stride 8 kept
+            x, coarse = stage(x, coarse)  # layer1 (B, 256, H/4, W/4), layer2 (B, 512, H/8, W/8), then stride 8 kept
             features.append(x)
         layer3, layer4 = features[-2:]  # (B, 1024, H/8, W/8), (B, 2048, H/8, W/8)
-        out = self.classifier(layer4)  # (B, K, H/8, W/8)
-        result = {"out": F.interpolate(out, size=size, mode="bilinear", align_corners=False)}  # (B, K, H, W)
+        hw, hw_coarse = (None, None) if mask is None else (valid_sizes(mask), valid_sizes(coarse))
+        out = self.classifier(layer4, coarse)  # (B, K, H/8, W/8)
+        result = {"out": upsample(out, size, hw, hw_coarse)}  # (B, K, H, W)
         if self.aux_classifier is not None:
-            aux = self.aux_classifier(layer3)  # (B, K, H/8, W/8)
-            result["aux"] = F.interpolate(aux, size=size, mode="bilinear", align_corners=False)  # (B, K, H, W)
+            aux = self.aux_classifier(layer3, coarse)  # (B, K, H/8, W/8)
+            result["aux"] = upsample(aux, size, hw, hw_coarse)  # (B, K, H, W)
         return result
 
 
-# tiny: ours, for small grey canvases: VGG-16's layout at a quarter of its filters (16 to 128), fc6
-# and fc7 of 128, one input channel, 12 classes as the planned canvases of Fashion-MNIST objects
-# count them (background and the ten among them; the data set will set num_classes). The paper's
+# tiny: ours, for small grey canvases: VGG-16's layout at an eighth of its filters (8 to 64; the
+# padding of 100 makes every canvas of about 68 x 68 a map of about 266 x 266 at full resolution), fc6
+# and fc7 of 128, one input channel, 11 classes as fashion-canvas counts them (the background and
+# Fashion-MNIST's ten; the data set sets num_classes and in_chans). The paper's
 # nets on PASCAL VOC (20 classes and background), trained in stages, 32s first, and the reference's
 # at-once FCN-8s; torchvision's fcn_resnet50 with its auxiliary head (`ResNetFCN`).
 FLAVORS = {
-    "tiny": dict(variant="8s", width=0.25, fc_width=128, num_classes=12, in_chans=1),
+    "tiny": dict(variant="8s", width=0.125, fc_width=128, num_classes=11, in_chans=1),
     "FCN-32s": dict(variant="32s"),
     "FCN-16s": dict(variant="16s"),
     "FCN-8s": dict(variant="8s"),

@@ -1,12 +1,12 @@
-"""FCN: Long, Shelhamer and Darrell, 2015. Weight loading from torchvision; the PAPER spec comes
-here with the segmentation task."""
+"""FCN: Long, Shelhamer and Darrell, 2015. The spec, and weight loading from torchvision."""
 
 import re
 
 import torch.nn as nn
 
 from common.pretrained import load_mapped
-from papers.fcn.model import ResNetFCN
+from papers import PaperSpec
+from papers.fcn.model import FCN, FLAVORS, TORCHVISION_FLAVORS, ResNetFCN
 
 
 def torchvision_name(ours: str) -> str:
@@ -44,3 +44,26 @@ def from_torchvision(tv_model: nn.Module) -> ResNetFCN:
                 raise ValueError(f"cannot map {name} ({theirs}); ours is {m}")
     ours_to_theirs = {k: torchvision_name(k) for k in model.state_dict()}
     return load_mapped(model, tv_model, ours_to_theirs, "torchvision FCN")
+
+
+PAPER = PaperSpec(
+    name="fcn",
+    family="cnn",
+    title="Fully Convolutional Networks for Semantic Segmentation",
+    authors="Long, Shelhamer, Darrell",
+    year=2015,
+    url="https://arxiv.org/abs/1411.4038",
+    model=FCN,
+    flavors={**FLAVORS, **TORCHVISION_FLAVORS},
+    inputs="image",
+    task="segmentation",
+    data_kwargs=("num_classes", "in_chans"),
+    padded_batches=True,
+    defaults=dict(dataset="fashion-canvas", epochs=4, batch_size=16, lr=1e-3, weight_decay=5e-4, warmup_steps=50,
+                  bucketing="size", clip_grad=1.0),
+    reference="shelhamer/fcn.berkeleyvision.org's voc-fcn32s/16s/8s (crops, initialisation, parameter counts of Table "
+              "1); torchvision.models.segmentation.fcn_resnet50 (from_torchvision)",
+    shard_blocks="blocks",
+    # torchvision's fcn_resnet50 is another model (a dilated ResNet and a convolutional head)
+    variants={name: dict(model=ResNetFCN, shard_blocks="stages") for name in TORCHVISION_FLAVORS},
+)
