@@ -144,6 +144,23 @@ class Share(Subset):
             self.sizes = [dataset.sizes[i] for i in self.indices]
 
 
+class PixelWeights(Dataset):
+    """A segmentation training set whose targets also hold each pixel's weight in the loss, "weights" (H, W),
+    from a paper's `weigh(target)` (PaperSpec.pixel_weights) of each sample's target maps; keeps `sizes`."""
+
+    def __init__(self, dataset: Dataset, weigh: Callable[[dict], torch.Tensor]):
+        self.dataset, self.weigh = dataset, weigh
+        if hasattr(dataset, "sizes"):
+            self.sizes = dataset.sizes
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, dict]:
+        image, target = self.dataset[i]
+        return image, {**target, "weights": self.weigh(target)}
+
+
 def _fixed(**facts) -> Callable[..., dict]:
     return lambda **_: dict(facts)
 
