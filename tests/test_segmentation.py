@@ -338,3 +338,48 @@ def test_the_result_of_a_segmentation_run_names_its_metrics(tmp_path):
     assert got == pytest.approx({"mean_iou": (1 + 1 / 2 + 1 / 2) / 3, "pixel_accuracy": 0.75,
                                  "loss": got["loss"], "iou_background": 1.0, "iou_ankle_boot": 0.5,
                                  "iou_t_shirt_top": 0.5})
+
+
+# ---------------------------------------------------------------- what a segmentation paper's spec may add
+
+
+def test_a_papers_pixel_weights_reach_its_training_loss(tmp_path, monkeypatch):
+    """PaperSpec.pixel_weights (U-Net's weight map, computed from a sample's labels and instances) weighs
+    each pixel of the training loss: weights of zero leave a loss of 0 and the weights where they were."""
+    import dataclasses
+
+    import papers
+    from safetensors.torch import load_file
+
+    from train import main
+
+    need_files(FASHION, GET_THEM)
+    seen = []
+
+    def nothing(target: dict) -> torch.Tensor:
+        seen.append(set(target))
+        return torch.zeros(target["labels"].shape)
+
+    spec = dataclasses.replace(get_paper("fcn"), name="fcn-weighted", pixel_weights=nothing)
+    monkeypatch.setitem(papers._PAPERS, "fcn-weighted", spec)
+    run = tmp_path / "run"
+    assert main(["--paper", "fcn-weighted", "--max-steps", "2", "--batch-size", "4", "--train-fraction", "0.002",
+                 "--eval-samples", "4", "--weight-decay", "0", "--warmup-steps", "0", "--wandb", "disabled",
+                 "--out", str(run), "--results-dir", str(tmp_path / "results")]) == 0
+    losses = [json.loads(line)["train/loss"] for line in (run / "metrics.jsonl").read_text().splitlines()
+              if "train/loss" in line]
+    assert losses and all(loss == 0 for loss in losses)
+    assert {"labels", "instances"} in seen
+    torch.manual_seed(0)
+    fresh = spec.build_for_data("tiny", get_dataset("fashion-canvas").facts())
+    trained = load_file(run / "model.safetensors")
+    assert all(torch.equal(trained[k], v) for k, v in fresh.state_dict().items())
+
+
+def test_a_paper_of_another_task_is_one_line(capsys):
+    assert refused(capsys, ["--paper", "resnet", "--dataset", "fashion-canvas"]) == (
+        "train.py: error: resnet is a classification model, and fashion-canvas a segmentation data set; train it "
+        "on a classification data set (digits, digits-canvas, wds, shapes, cifar10, mnist, fashion-mnist, imagefolder)")
+    assert refused(capsys, ["--paper", "fcn", "--dataset", "digits-canvas"]) == (
+        "train.py: error: fcn is a segmentation model, and digits-canvas a classification data set; train it on a "
+        "segmentation data set (fashion-canvas, segfolder)")
