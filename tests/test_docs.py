@@ -481,6 +481,13 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "its seed (see [Fine-tuning]) |\n| `--lora RANK`, `--lora-alpha ALPHA`, `--lora-targets q,v` | with `--init`, "
         "train a low-rank update of the attention projections alone (LoRA), every weight `--init` loaded frozen; "
         "checkpoints and model.safetensors hold what trains (see [Fine-tuning]) |\n| `--model-kwargs",
+    # FCN added: its row of the papers' table, and where it is checked
+    "| End-to-End Object Detection with Transformers |\n": "| End-to-End Object Detection with Transformers |\n"
+        "| [fcn] | cnn | 2015 | tiny, FCN-32s, FCN-16s, FCN-8s, FCN-8s-at-once, torchvision-fcn_resnet50 | Fully "
+        "Convolutional Networks for Semantic Segmentation |\n",
+    "its Hungarian matcher checked against brute force. Translation follows": "its Hungarian matcher checked against "
+        "brute force. Segmentation follows\n([Segmentation]): FCN against torchvision's `fcn_resnet50`, the\nreleased "
+        "Caffe nets' crops and its Table 1's parameter count. Translation follows",
 }
 
 

@@ -220,6 +220,8 @@ def test_parameter_counts_against_table1():
         counts = {flavor: count(FCN(**FLAVORS[flavor])) for flavor in ("FCN-32s", "FCN-16s", "FCN-8s")}
         every_filter = {v: count(FCN(v, fixed_upsampling="none")) for v in ("32s", "8s")}
     assert counts == {"FCN-32s": 134_346_581, "FCN-16s": 134_364_410, "FCN-8s": 134_376_863}
+    with torch.device("meta"):
+        assert count(FCN(**FLAVORS["tiny"])) == 654_841  # ours, for fashion-canvas (11 classes, one channel)
     assert every_filter == {"32s": 134_346_581 + 21 * 21 * 64 * 64, "8s": 134_489_759}
     assert all(abs(n - 134e6) < 0.5e6 for n in [*counts.values(), every_filter["8s"]])
 
