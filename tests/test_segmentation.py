@@ -57,7 +57,8 @@ def test_mean_iou_per_class_iou_and_pixel_accuracy_are_the_papers_on_the_labelle
     got = task.compute(metrics)
     keep = labels != IGNORE_INDEX
     t, p = labels[keep], scores.argmax(1)[keep]
-    n = torch.zeros(K, K, dtype=torch.float64).index_put_((t, p), torch.ones(len(t), dtype=torch.float64), accumulate=True)
+    n = torch.zeros(K, K, dtype=torch.float64)
+    n.index_put_((t, p), torch.ones(len(t), dtype=torch.float64), accumulate=True)  # n_ij
     iu = n.diag() / (n.sum(1) + n.sum(0) - n.diag())
     assert got["pixel_accuracy"] == pytest.approx(float(n.diag().sum() / n.sum()), abs=1e-6)
     assert got["mean_iou"] == pytest.approx(float(iu[:4].mean()), abs=1e-6)
@@ -265,7 +266,8 @@ def test_a_bad_mask_is_one_line_naming_the_file_before_anything_trains(tmp_path,
 
 def test_a_segfolder_without_classes_is_one_line_saying_what_it_needs(tmp_path, capsys):
     err = refused(capsys, ["--paper", "fcn", "--dataset", "segfolder", "--data-dir", str(tmp_path)])
-    assert err.startswith(f"train.py: error: --dataset segfolder: {tmp_path} has no classes.txt; it needs DIR/classes.txt")
+    assert err.startswith(f"train.py: error: --dataset segfolder: {tmp_path} has no classes.txt; it needs "
+                          f"DIR/classes.txt")
 
 
 # ---------------------------------------------------------------- the leaderboard

@@ -83,11 +83,14 @@ def within(x: torch.Tensor, hw: torch.Tensor | None) -> torch.Tensor:
 
 
 def output_size(hw: torch.Tensor | None, layer: nn.Module) -> torch.Tensor | None:
-    """The (height, width) (B, 2) that a convolution or max pooling gives an image of size hw alone:
-    (n + 2p - k) / s + 1, rounded down, or up for Caffe's pooling (ceil_mode). Other layers keep it."""
-    if hw is None or not isinstance(layer, (nn.Conv2d, nn.MaxPool2d)):
+    """The (height, width) (B, 2) that a layer gives an image of size hw alone: (n + 2p - k) / s + 1 for a
+    convolution or max pooling, rounded down, or up for Caffe's pooling (ceil_mode); (n - 1) s - 2p + k for
+    a backwards-strided convolution. Other layers keep it."""
+    if hw is None or not isinstance(layer, (nn.Conv2d, nn.MaxPool2d, nn.ConvTranspose2d)):
         return hw
     k, s, p = (v if isinstance(v, int) else v[0] for v in (layer.kernel_size, layer.stride, layer.padding))
+    if isinstance(layer, nn.ConvTranspose2d):
+        return (hw - 1) * s - 2 * p + k
     n = hw + 2 * p - k
     return (-(-n // s) if getattr(layer, "ceil_mode", False) else n // s) + 1
 
@@ -232,11 +235,12 @@ class FCN(nn.Module):
         score = within(self.score_fr(x), hw)  # coarse class scores, stride 32: (B, K, h, w)
         if self.variant == "32s":
             return {"out": crop(self.upscore(score), OFFSETS["32s"], size)}  # (B, K, 32 h + 32, ...) -> (B, K, H, W)
-        score, hw = self.upscore2(score), None if hw is None else 2 * hw + 2  # (B, K, 2 h + 2, 2 w + 2)
+        score, hw = self.upscore2(score), output_size(hw, self.upscore2)  # (B, K, 2 h + 2, 2 w + 2)
         score = score + crop(self.score_pool4(pool4 * self.scales[0]), OFFSETS["score_pool4"], score.shape[-2:])
+        score = within(score, hw)  # the padding's own scores of pool4 set back to zero
         if self.variant == "16s":
-            return {"out": crop(self.upscore16(within(score, hw)), OFFSETS["16s"], size)}  # (B, K, H, W)
-        score, hw = self.upscore_pool4(within(score, hw)), None if hw is None else 2 * hw + 2  # stride 8: (B, K, 4 h + 6, ...)
+            return {"out": crop(self.upscore16(score), OFFSETS["16s"], size)}  # (B, K, H, W)
+        score, hw = self.upscore_pool4(score), output_size(hw, self.upscore_pool4)  # stride 8: (B, K, 4 h + 6, ...)
         score = score + crop(self.score_pool3(pool3 * self.scales[1]), OFFSETS["score_pool3"], score.shape[-2:])
         return {"out": crop(self.upscore8(within(score, hw)), OFFSETS["8s"], size)}  # (B, K, H, W)
 
