@@ -21,6 +21,6 @@ LORA_TARGETS = ("q", "k", "v", "o", "qkv")  # common.lora: W_q, W_k, W_v, W_o, a
 
 # The data sets that --data-dir reads from disk, and those --download fetches: named in --help
 # (tests/test_help.py checks these against common.data's registry).
-READS_FOLDER = ("pairs", "text", "tokens", "wds", "cifar10", "mnist", "fashion-mnist", "fashion-mnist-rows", "coco",
-                "imagefolder")
+READS_FOLDER = ("pairs", "text", "tokens", "wds", "cifar10", "mnist", "fashion-mnist", "fashion-mnist-rows",
+                "fashion-canvas", "coco", "imagefolder", "segfolder")
 FETCHED = ("cifar10", "mnist", "fashion-mnist")

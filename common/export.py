@@ -13,7 +13,9 @@ size: `images` (B, C, H, W) or `x` (B, T, F). A detection model exports its
 True on each image's valid pixels (images of different sizes share one padded
 batch), outputs `boxes` (B, N, 4) x1 y1 x2 y2 in pixels, `scores` (B, N) and
 `labels` (B, N), N fixed by the model; a detection model that torch.onnx cannot
-take says why in its `onnx_refusal`, and is refused in one line. onnxruntime
+take says why in its `onnx_refusal`, and is refused in one line. A segmentation
+model exports its class scores for every pixel, `scores` (B, K, H, W) (its
+"out"), with dynamic height and width where it reads padded batches. onnxruntime
 (CPU) then runs two batch sizes (at two sizes, with different lengths or image
 sizes within a batch, where sizes vary) and every output must equal PyTorch's
 within 1e-4 (integer outputs exactly); a larger difference is an error and the
@@ -54,6 +56,7 @@ TOLERANCE = 1e-4
 EXAMPLE_STEPS = 8  # sequence length of the example and checked inputs (and about 1.5x it)
 META_KEY = "paper_study"
 DETECTIONS = ["boxes", "scores", "labels"]  # a detection model's outputs (see Detector)
+SEGMENTATION = ["scores"]  # a segmentation model's class scores of every pixel (see Segmenter)
 
 
 class ExportError(RuntimeError):
@@ -92,9 +95,35 @@ def detector_class() -> type[nn.Module]:
     return Detector
 
 
-def graph(model: nn.Module, detection: bool = False) -> nn.Module:
-    """The module whose forward the ONNX graph is: the model, or for detection its Detector."""
-    return detector_class()(model).train(model.training) if detection else model
+@functools.cache
+def segmenter_class() -> type[nn.Module]:
+    """The class Segmenter, defined on first use (as Detector)."""
+    import torch.nn as nn
+
+    class Segmenter(nn.Module):
+        """A segmentation model as its ONNX file runs it: the class scores (B, K, H, W) of every pixel, the
+        model's own or, where it gives torchvision's dict, its "out" (an auxiliary head's are for training)."""
+
+        def __init__(self, model: nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            out = self.model(images)
+            return out["out"] if isinstance(out, dict) else out
+
+    return Segmenter
+
+
+def graph(model: nn.Module, task: str = "") -> nn.Module:
+    """The module whose forward the ONNX graph is: the model, for detection its Detector, for segmentation
+    its Segmenter."""
+    wrapper = {"detection": detector_class, "segmentation": segmenter_class}.get(task)
+    return wrapper()(model).train(model.training) if wrapper else model
+
+
+def output_names(task: str) -> list[str]:
+    return {"detection": DETECTIONS, "segmentation": SEGMENTATION}.get(task, ["output"])
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -252,17 +281,19 @@ def dynamic_shapes(kind: str, multiple: int, padded: bool = True, detection: boo
 
 
 def export(model: nn.Module, kind: str, facts: dict, path: Path, metadata: dict, multiple: int = 1,
-           padded: bool = True, detection: bool = False) -> Path:
+           padded: bool = True, task: str = "") -> Path:
     """Write model.onnx (opset of torch.onnx's dynamo exporter) with dynamic axes and the metadata;
-    detection: the model's Detector, with a mask input and the outputs boxes, scores and labels."""
+    task "detection": the model's Detector, with a mask input and the outputs boxes, scores and labels;
+    "segmentation": its Segmenter, the scores of every pixel."""
     import torch
 
     model.eval()
+    detection = task == "detection"
     inputs = example(kind, facts, multiple, batch=2, larger=False, seed=0, padded=padded, detection=detection)
     with warnings.catch_warnings():  # inputs share the batch axis (and sides), which torch.onnx warns about
         warnings.filterwarnings("ignore", message="# The axis name")
-        program = torch.onnx.export(graph(model, detection), (), kwargs=inputs, dynamo=True,
-                                    input_names=list(inputs), output_names=DETECTIONS if detection else ["output"],
+        program = torch.onnx.export(graph(model, task), (), kwargs=inputs, dynamo=True,
+                                    input_names=list(inputs), output_names=output_names(task),
                                     dynamic_shapes=dynamic_shapes(kind, multiple, padded, detection), verbose=False)
     program.model.metadata_props[META_KEY] = json.dumps(metadata)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -297,14 +328,15 @@ def difference(got: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
 
 
 def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 1,
-          padded: bool = True, detection: bool = False) -> list[tuple[str, float]]:
+          padded: bool = True, task: str = "") -> list[tuple[str, float]]:
     """onnxruntime against PyTorch on batches of 1 and 5, at two sizes where the model reads padded
     batches (for detection, images of different sizes in each padded batch of 5): [(what, max |diff|)],
     the largest over every output. Raises ExportError where a difference exceeds TOLERANCE, times the
     output's largest magnitude where that exceeds 1 (integer outputs, such as labels, must be equal)."""
     import torch
 
-    ort_session, module, report, failed = session(path), graph(model.eval(), detection), [], False
+    ort_session, module, report, failed = session(path), graph(model.eval(), task), [], False
+    detection = task == "detection"
     for batch in (1, 5):
         for larger in (False, True) if padded or kind == "tokens" else (False,):
             inputs = example(kind, facts, multiple, batch, larger, seed=1 + batch + larger, padded=padded,
@@ -336,8 +368,9 @@ def check(path: Path, model: nn.Module, kind: str, facts: dict, multiple: int = 
 
 def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Path]:
     """The first n test samples as PNG files named <index>_<label>.png (detection: <index>_<labels>.png,
-    its boxes' labels joined by "-", "none" where it has none; a "/" in a label, as Fashion-MNIST's
-    "T-shirt/top", written "_"), pixels undoing the preprocessing."""
+    its boxes' labels joined by "-", "none" where it has none; segmentation: the classes of its mask but
+    the first, the background; a "/" in a label, as Fashion-MNIST's "T-shirt/top", written "_"), pixels
+    undoing the preprocessing."""
     import numpy as np
     from PIL import Image
 
@@ -349,7 +382,10 @@ def write_samples(out_dir: Path, test_set, preprocess: dict, n: int) -> list[Pat
         x = x.numpy()[None] if preprocess["layout"] == "rows" else x.numpy()  # (C, H, W)
         pixels = np.clip(np.rint((x * std + mean) / preprocess["scale"]), 0, 255).astype(np.uint8)
         image = Image.fromarray(pixels[0] if preprocess["mode"] == "L" else pixels.transpose(1, 2, 0))
-        names = [preprocess["labels"][int(c)].replace("/", "_") for c in (y["labels"] if isinstance(y, dict) else [y])]
+        ids = y["labels"] if isinstance(y, dict) else [y]
+        if getattr(ids, "ndim", 1) == 2:  # a segmentation mask: the classes in it, but the first (background) and void
+            ids = [c for c in ids.unique().tolist() if 0 < c < len(preprocess["labels"])]
+        names = [preprocess["labels"][int(c)].replace("/", "_") for c in ids]
         paths.append(out_dir / f"{i:03d}_{'-'.join(names) or 'none'}.png")
         image.save(paths[-1])
     return paths
@@ -402,18 +438,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     detection = data.task == "detection"
     try:
-        graph(model, detection)
+        graph(model, data.task)
     except ValueError as e:
         print(f"error: {cfg.paper} does not export to ONNX: {e}", file=sys.stderr)
         return 2
     multiple, padded = size_multiple(model, preprocess), spec.padded_batches
     inputs = list(example(spec.inputs, facts, multiple, 1, False, 0, padded, detection))
     metadata = dict(paper=cfg.paper, flavor=cfg.flavor, dataset=cfg.dataset, task=data.task, run_id=run_id,
-                    commit=git_commit(), inputs=inputs, outputs=DETECTIONS if detection else ["output"],
+                    commit=git_commit(), inputs=inputs, outputs=output_names(data.task),
                     size_multiple=multiple, preprocess=preprocess)
-    export(merged(model, cfg), spec.inputs, facts, out, metadata, multiple, padded, detection)
+    export(merged(model, cfg), spec.inputs, facts, out, metadata, multiple, padded, data.task)
     try:
-        report = check(out, model, spec.inputs, facts, multiple, padded, detection)
+        report = check(out, model, spec.inputs, facts, multiple, padded, data.task)
     except ExportError as e:
         out.unlink()
         print(f"error: {e}; {out} removed", file=sys.stderr)
@@ -425,10 +461,10 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(d for _, d in report)
     print(f"  largest {worst:.2e} <= {TOLERANCE:g}" if worst <= TOLERANCE else
           f"  largest {worst:.2e}, within {TOLERANCE:g} times the largest output")
-    return write_test_images(args.samples, cfg, data, preprocess, out.parent / "samples", detection)
+    return write_test_images(args.samples, cfg, data, preprocess, out.parent / "samples")
 
 
-def write_test_images(n: int | None, cfg, data, preprocess, folder: Path, detection: bool) -> int:
+def write_test_images(n: int | None, cfg, data, preprocess, folder: Path) -> int:
     """--samples N: N test images beside the model, each named by its index and label(s); main's exit code."""
     from common.data import options
 
@@ -443,7 +479,8 @@ def write_test_images(n: int | None, cfg, data, preprocess, folder: Path, detect
         print(f"error: {e}", file=sys.stderr)
         return 2
     paths = write_samples(folder, test_set, preprocess, n)
-    named = "index_labels.png, the labels of its boxes" if detection else "index_label.png"
+    named = {"detection": "index_labels.png, the labels of its boxes",
+             "segmentation": "index_labels.png, the classes of its mask"}.get(data.task, "index_label.png")
     print(f"  {len(paths)} test images in {folder}/ (named {named})")
     return 0
 

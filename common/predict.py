@@ -10,6 +10,12 @@ path needs torch):
     python -m common.predict --onnx model.onnx IMAGE [IMAGE ...] --out DIR [--threshold 0.5]
     python -m common.predict --run RUN_DIR IMAGE [IMAGE ...] --out DIR [--threshold 0.5]
 
+Segmentation models paint each pixel's class over the image (class 0, the background, left as it
+is), from an exported model or a finished run's weights alike, and say which classes cover how much:
+
+    python -m common.predict --onnx model.onnx IMAGE [IMAGE ...] --out DIR
+    python -m common.predict --run RUN_DIR IMAGE [IMAGE ...] --out DIR
+
 or from Python:
 
     from common.predict import predict
@@ -59,10 +65,10 @@ class Predictor:
             raise PredictError(f"{onnx_path} has no '{META_KEY}' metadata: export it with python -m common.export")
         self.meta = json.loads(meta)
         self.pre = self.meta["preprocess"]
-        if self.pre is None or self.meta["task"] not in ("classification", "detection"):
+        if self.pre is None or self.meta["task"] not in ("classification", "detection", "segmentation"):
             raise PredictError(f"{onnx_path} is a {self.meta['task']} model of {self.meta['dataset']}, which holds "
                                "no images to classify")
-        self.detects = self.meta["task"] == "detection"
+        self.detects, self.segments = self.meta["task"] == "detection", self.meta["task"] == "segmentation"
 
     def preprocess(self, image: Image.Image) -> np.ndarray:
         """One image as the model's input sample, (C, H, W) float32."""
@@ -85,9 +91,11 @@ class Predictor:
 
     def __call__(self, images: list) -> list[tuple[str, float]]:
         """(label, probability) for each image (a path or a PIL image); images of one size share a batch."""
-        if self.detects:
-            raise PredictError(f"a detection model of {self.meta['dataset']} gives boxes, not one label per image: "
-                               "use Predictor.detect, or python -m common.predict --onnx FILE IMAGES --out DIR")
+        if self.detects or self.segments:
+            what, use, how = (("detection", "boxes", "detect") if self.detects else
+                              ("segmentation", "a class per pixel", "segment"))
+            raise PredictError(f"a {what} model of {self.meta['dataset']} gives {use}, not one label per image: "
+                               f"use Predictor.{how}, or python -m common.predict --onnx FILE IMAGES --out DIR")
         import numpy as np
 
         samples = [self.preprocess(_open(image)) for image in images]
@@ -120,6 +128,68 @@ class Predictor:
             results.append([(self.pre["labels"][int(c[k])], float(p[k]), [round(float(v), 1) for v in b[k]])
                             for k in np.argsort(-p, kind="stable") if p[k] >= threshold])
         return results
+
+
+    def segment(self, images: list) -> list[np.ndarray]:
+        """A segmentation model's class of every pixel (H, W) of each image (a path or a PIL image), at the
+        file's own size: each image alone, preprocessed as its training data was (where that resizes it, the
+        classes are resized back, nearest)."""
+        return [label_map(self.session.run(None, {"images": self.preprocess(image)[None]})[0][0], image.size)
+                for image in map(_open, images)]
+
+
+def label_map(scores: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """The class of each pixel (H, W) from class scores (K, h, w), at an image's (width, height)."""
+    import numpy as np
+    from PIL import Image
+
+    labels = scores.argmax(axis=0).astype(np.uint8)  # (h, w)
+    if labels.shape[::-1] != tuple(size):
+        labels = np.asarray(Image.fromarray(labels).resize(size, Image.NEAREST))
+    return labels
+
+
+def palette(n: int) -> np.ndarray:
+    """PASCAL VOC's colour of each class 0..n-1 (n, 3) uint8: the bits of the index spread over R, G, B."""
+    import numpy as np
+
+    colours = np.zeros((n, 3), dtype=np.uint8)
+    for k in range(n):
+        c = k
+        for shift in range(7, -1, -1):
+            colours[k] |= np.array([(c >> 0) & 1, (c >> 1) & 1, (c >> 2) & 1], dtype=np.uint8) << shift
+            c >>= 3
+    return colours
+
+
+def draw_mask(image: Image.Image, labels: np.ndarray, names: list[str]) -> Image.Image:
+    """An image (RGB) with each pixel's class painted over it at half strength (class 0 left as it is), a
+    key of the classes shown below, enlarged (nearest pixel) so that a small image can be read."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    zoom = max(1, 400 // max(image.size))
+    rgb = np.asarray(image.convert("RGB"), dtype=np.float32)  # (H, W, 3)
+    colours = palette(len(names)).astype(np.float32)[labels]  # (H, W, 3)
+    painted = np.where((labels > 0)[..., None], (rgb + colours) / 2, rgb).round().astype(np.uint8)
+    shown = [k for k in np.unique(labels).tolist() if k > 0]
+    picture = Image.new("RGB", (image.width * zoom, image.height * zoom + 14 * len(shown)))
+    picture.paste(Image.fromarray(painted).resize((image.width * zoom, image.height * zoom), Image.NEAREST))
+    pen = ImageDraw.Draw(picture)
+    for row, k in enumerate(shown):
+        y = image.height * zoom + 14 * row
+        pen.rectangle((2, y + 2, 12, y + 12), fill=tuple(int(v) for v in palette(len(names))[k]))
+        pen.text((16, y + 1), names[k], fill="white")
+    return picture
+
+
+def coverage(labels: np.ndarray, names: list[str]) -> str:
+    """The classes of a label map but class 0, by their share of its pixels, largest first."""
+    import numpy as np
+
+    counts = np.bincount(labels.ravel(), minlength=len(names))
+    shares = [(counts[k] / labels.size, names[k]) for k in np.argsort(-counts, kind="stable") if k > 0 and counts[k]]
+    return ", ".join(f"{name} {share:.1%}" for share, name in shares) or f"{names[0]} only"
 
 
 def draw_boxes(image: Image.Image, found: list[tuple[str, float, list[float]]], colour: str = "lime"
@@ -196,19 +266,7 @@ def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: fl
     first, for each image file, and each image with them drawn on, as OUT_DIR/<image name>.png."""
     import torch
 
-    from common.data import dataset_for, options
-    from common.errors import ConfigError
-    from common.export import load_run
-
-    try:
-        model, cfg = load_run(Path(run_dir))
-    except ConfigError as e:
-        raise PredictError(str(e)) from None
-    data = dataset_for(cfg)
-    if data.task != "detection":
-        raise PredictError(f"{run_dir} is a {data.task} run: --run draws detections; classify with "
-                           "python -m common.export --run RUN_DIR, then --onnx")
-    pre = data.preprocess(**options(cfg))
+    model, pre = run_model(run_dir, "detection")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     results = []
     for image in images:
@@ -225,14 +283,75 @@ def detect(run_dir: str | Path, images: list, out_dir: str | Path, threshold: fl
     return results
 
 
+def segment_onnx(model: str | Path | Predictor, images: list, out_dir: str | Path
+                 ) -> tuple[list[str], list[np.ndarray]]:
+    """An exported segmentation model's class names and class of every pixel (H, W) of each image file, and
+    each image with them painted on, as OUT_DIR/<image name>.png; no torch."""
+    predictor = model if isinstance(model, Predictor) else Predictor(model)
+    found, names = predictor.segment(images), predictor.pre["labels"]
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for image, labels in zip(images, found):
+        draw_mask(_open(image), labels, names).save(Path(out_dir) / f"{Path(str(image)).stem}.png")
+    return names, found
+
+
+def segment(run_dir: str | Path, images: list, out_dir: str | Path) -> tuple[list[str], list[np.ndarray]]:
+    """A segmentation run's class names and class of every pixel (H, W) of each image file (the model's
+    "out"), and each image with them painted on, as OUT_DIR/<image name>.png."""
+    import torch
+
+    model, pre = run_model(run_dir, "segmentation")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    results = []
+    for image in images:
+        opened = _open(image)
+        with torch.no_grad():
+            out = model(torch.from_numpy(prepare(opened, pre))[None])  # (1, K, h, w), or torchvision's dict
+        scores = out["out"] if isinstance(out, dict) else out
+        results.append(label_map(scores[0].numpy(), opened.size))
+        draw_mask(opened, results[-1], pre["labels"]).save(Path(out_dir) / f"{Path(str(image)).stem}.png")
+    return pre["labels"], results
+
+
+def run_model(run_dir: str | Path, task: str):
+    """A finished run's model in eval mode and its data set's preprocessing; PredictError where the run is
+    not one of this task."""
+    from common.data import dataset_for, options
+    from common.errors import ConfigError
+    from common.export import load_run
+
+    try:
+        model, cfg = load_run(Path(run_dir))
+    except ConfigError as e:
+        raise PredictError(str(e)) from None
+    data = dataset_for(cfg)
+    if data.task != task:
+        raise PredictError(f"{run_dir} is a {data.task} run: --run draws detections and segmentations; classify "
+                           "with python -m common.export --run RUN_DIR, then --onnx")
+    return model, data.preprocess(**options(cfg))
+
+
+def run_task(run_dir: str | Path) -> str:
+    """The task of a finished run's data set (from its config.json)."""
+    from common.config import TrainConfig
+    from common.data import dataset_for
+
+    config = Path(run_dir) / "config.json"
+    if not config.is_file():
+        raise PredictError(f"{run_dir} is not a run directory: it has no config.json")
+    return dataset_for(TrainConfig.from_dict(json.loads(config.read_text()))).task
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.predict", description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--onnx", help="a model.onnx written by python -m common.export")
-    source.add_argument("--run", help="a finished detection run's directory: draw its detections")
+    source.add_argument("--run", help="a finished detection or segmentation run's directory: draw its detections or "
+                        "its classes of every pixel")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--threads", type=int, help="onnxruntime threads (default: its own choice)")
-    p.add_argument("--out", default="predictions", help="detection: the folder for the drawn images")
+    p.add_argument("--out", default="predictions", help="detection and segmentation: the folder for the drawn "
+                   "images")
     p.add_argument("--threshold", type=float, default=0.5, help="detection: the lowest score drawn")
     return p
 
@@ -241,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         predictor = None if args.run else Predictor(args.onnx, args.threads)
+        if (predictor.segments if predictor else run_task(args.run) == "segmentation"):
+            names, found = (segment(args.run, args.images, args.out) if predictor is None else
+                            segment_onnx(predictor, args.images, args.out))
+            for path, labels in zip(args.images, found):
+                print(f"{path}: {coverage(labels, names)}")
+            print(f"drew them into {args.out}/")
+            return 0
         if predictor is None or predictor.detects:
             found = (detect(args.run, args.images, args.out, args.threshold) if predictor is None else
                      detect_onnx(predictor, args.images, args.out, args.threshold))

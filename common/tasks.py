@@ -15,17 +15,19 @@ metrics, update) and is added with `register`.
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.data.mlm import IGNORE_INDEX
+from common.data.collate import IGNORE_INDEX
+from common.data.mlm import IGNORE_INDEX as NOT_CHOSEN  # a masked-LM label not chosen (-100)
 from common.metrics import BLEU, Accuracy, Mean, MeanSquaredError, Metrics, Sum
 
 if TYPE_CHECKING:  # torchmetrics' package imports all of its metrics (torchvision, transformers): seconds, paid
-    from torchmetrics import Metric  # only by the task that uses it (detection), when it builds its metrics
+    from torchmetrics import Metric  # only by the tasks that use it (detection, segmentation), when they build metrics
 
 
 def call(model: nn.Module, inputs):
@@ -120,14 +122,14 @@ def masked_lm_sums(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Te
     """BERT's masked-LM scores as sums over the chosen positions (Section 3.1: "T_i will be used to predict
     the original token with cross entropy loss"), which add up over batches and ranks: the summed negative
     log-likelihood, the correct argmax predictions and the count of chosen positions. A position labelled
-    IGNORE_INDEX (not chosen, or padding) counts in none of them, whatever its logits.
+    NOT_CHOSEN (not chosen, or padding) counts in none of them, whatever its logits.
 
     Args:
         logits: (B, T, V) the MLM head's.
-        labels: (B, T) the original ids where chosen, IGNORE_INDEX elsewhere (common.data.mlm.mask_tokens).
+        labels: (B, T) the original ids where chosen, NOT_CHOSEN elsewhere (common.data.mlm.mask_tokens).
     """
-    chosen = labels != IGNORE_INDEX  # (B, T)
-    nll = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+    chosen = labels != NOT_CHOSEN  # (B, T)
+    nll = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=NOT_CHOSEN,
                           reduction="sum")  # () over the chosen positions
     correct = ((logits.argmax(-1) == labels) & chosen).sum()  # ()
     return nll, correct, chosen.sum()
@@ -303,6 +305,91 @@ class Detection(Task):
         return f"test map {metrics['map']:.4g}, map_50 {metrics['map_50']:.4g}, mar_100 {metrics['mar_100']:.4g}"
 
 
+class Segmentation(Task):
+    """Semantic segmentation: a class for every pixel.
+
+    Inputs are images, padded with a mask where their sizes differ; targets a dict of per-pixel maps
+    (common.data.collate.pad_segmentation): "labels" (B, H, W) class ids, IGNORE_INDEX (255) where a
+    pixel has none (void object borders, as PASCAL VOC marks them, and the padding), and what else the
+    data set gives per pixel ("instances": the object each pixel belongs to, 0 for none). The model gives
+    class scores (B, classes, H, W), or torchvision's dict {"out": scores, "aux": an auxiliary head's}.
+
+    The loss is the per-pixel cross-entropy averaged over the labelled pixels (with label smoothing), plus
+    AUX_WEIGHT times the auxiliary head's (torchvision's references' 0.5); where the targets hold "weights"
+    (B, H, W), each pixel's term is multiplied by its weight. Scored on the labelled pixels with
+    torchmetrics: the intersection over union of each class (MulticlassJaccardIndex; "iou_<class>" for
+    each class present in the labels or the predictions), their mean over those classes ("mean_iou", which
+    ranks runs: the FCN paper's mean IU), the share of pixels classified right ("pixel_accuracy",
+    MulticlassAccuracy, micro) and the cross-entropy per labelled pixel ("loss"). Every one is a sum over
+    pixels, so a padded batch scores as its images one at a time. Facts: num_classes, and "classes", their
+    names (for the per-class keys).
+    """
+
+    kind = "segmentation"
+    metric = "mean_iou"
+    higher_is_better = True
+    beside = ("pixel_accuracy",)
+    train_metric = "pixel_accuracy"
+    AUX_WEIGHT = 0.5
+
+    @staticmethod
+    def scores(outputs) -> torch.Tensor:
+        """The main head's class scores (B, classes, H, W), in float32."""
+        return (outputs["out"] if isinstance(outputs, dict) else outputs).float()
+
+    def pixel_losses(self, scores: torch.Tensor, targets: dict, smoothing: float = 0.0) -> torch.Tensor:
+        """Each labelled pixel's cross-entropy, weighted where the targets give weights: (pixels,)."""
+        labels = targets["labels"]
+        losses = F.cross_entropy(scores.float(), labels, ignore_index=IGNORE_INDEX, reduction="none",
+                                 label_smoothing=smoothing)  # (B, H, W), 0 where ignored
+        if "weights" in targets:
+            losses = losses * targets["weights"]
+        return losses[labels != IGNORE_INDEX]
+
+    def loss(self, outputs, targets: dict) -> torch.Tensor:
+        loss = self.pixel_losses(self.scores(outputs), targets, self.label_smoothing).mean()
+        if isinstance(outputs, dict) and outputs.get("aux") is not None:
+            loss = loss + self.AUX_WEIGHT * self.pixel_losses(outputs["aux"], targets, self.label_smoothing).mean()
+        return loss
+
+    @torch.no_grad()
+    def train_counts(self, outputs, targets: dict) -> torch.Tensor:
+        labels = targets["labels"]
+        labelled = labels != IGNORE_INDEX
+        hits = ((self.scores(outputs).argmax(1) == labels) & labelled).sum()
+        return torch.stack([hits, labelled.sum()]).double()
+
+    def metrics(self) -> dict:
+        from torchmetrics.classification import MulticlassAccuracy, MulticlassJaccardIndex  # a second or two
+
+        K = self.facts["num_classes"]
+        return {"iou": MulticlassJaccardIndex(K, average="none", ignore_index=IGNORE_INDEX, zero_division=math.nan),
+                "pixel_accuracy": MulticlassAccuracy(K, average="micro", ignore_index=IGNORE_INDEX),
+                "loss": Mean()}
+
+    def update(self, metrics: Metrics, outputs, targets: dict) -> None:
+        scores, labels = self.scores(outputs), targets["labels"]
+        predicted = scores.argmax(1)  # (B, H, W)
+        metrics["iou"].update(predicted, labels)
+        metrics["pixel_accuracy"].update(predicted, labels)
+        metrics["loss"].update(self.pixel_losses(scores, {"labels": labels}))
+
+    def class_names(self) -> list[str]:
+        """Each class's name as a metric's key: lower case, runs of other characters as "_"."""
+        names = self.facts.get("classes") or [str(k) for k in range(self.facts["num_classes"])]
+        return ["_".join(re.findall(r"[a-z0-9]+", str(name).lower())) for name in names]
+
+    def compute(self, metrics: Metrics) -> dict[str, float]:
+        values = metrics.compute()
+        iou = values.pop("iou").double()  # (classes,), NaN for a class neither in the labels nor predicted
+        per_class = {f"iou_{name}": float(v) for name, v in zip(self.class_names(), iou) if not v.isnan()}
+        return {"mean_iou": float(iou.nanmean()), **{k: float(v) for k, v in values.items()}, **per_class}
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        return (f"test mean IoU {metrics['mean_iou']:.4g}, pixel accuracy {metrics['pixel_accuracy']:.4g}, "
+                f"loss {metrics['loss']:.4g}")
+
+
 class Seq2Seq(Task):
     """Sequence to sequence (translation): a source token sequence to a target token sequence.
 
@@ -435,7 +522,7 @@ class MaskedLanguageModeling(Task):
     """BERT's pre-training (Section 3.1): the masked LM, and next sentence prediction where the data has it.
 
     Inputs {"idx": (B, T) ids with the chosen tokens replaced, "segments": (B, T), "mask": (B, T)}; targets
-    {"labels": (B, T) the original ids of the chosen positions, IGNORE_INDEX elsewhere (padding too),
+    {"labels": (B, T) the original ids of the chosen positions, NOT_CHOSEN elsewhere (padding too),
     "next_sentence_label": (B,) 0 IsNext, 1 NotNext} (common.data.sentence_pairs; single segments have no
     next_sentence_label). The model gives (MLM logits (B, T, V), NSP logits (B, 2) or None). The loss is
     the released code's: the masked LM's cross-entropy averaged over the batch's chosen tokens, plus NSP's
@@ -508,7 +595,7 @@ def gathered_mean_average_precision() -> Metric:
     return GatheredMeanAveragePrecision(box_format="xyxy", iou_type="bbox", backend="faster_coco_eval")
 
 
-TASKS = {task.kind: task for task in (Classification, Regression, Detection, Seq2Seq, LanguageModeling,
+TASKS = {task.kind: task for task in (Classification, Regression, Detection, Segmentation, Seq2Seq, LanguageModeling,
                                        MaskedLanguageModeling)}
 
 

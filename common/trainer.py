@@ -35,7 +35,7 @@ from tqdm import tqdm
 from common import lora, mesh, parallel
 from common.batchsize import MIN_STEPS_PER_EPOCH, WARMUP_EPOCHS, find_micro_batch, scaled_lr, steps_limit
 from common.config import TrainConfig, save as save_config
-from common.data import Share, augment, dataset_for, eval_loader, options, train_loader
+from common.data import PixelWeights, Share, augment, dataset_for, eval_loader, options, train_loader
 from common.data.collate import element_counts, to_device
 from common.errors import EXIT_NONFINITE, ConfigError, NonFinite
 from common.export import load_run
@@ -248,6 +248,8 @@ class Trainer:
         self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
         if cfg.train_fraction < 1:
             self.train_set = Share(self.train_set, cfg.train_fraction)
+        if self.spec.pixel_weights is not None:  # a segmentation paper's weight of each pixel in its loss
+            self.train_set = PixelWeights(self.train_set, self.spec.pixel_weights)
         if cfg.eval_samples is not None and cfg.eval_samples < len(self.test_set):
             if self.env.is_main:
                 print(f"evaluating on {cfg.eval_samples} of the test split's {len(self.test_set)} samples "

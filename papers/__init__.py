@@ -98,6 +98,11 @@ class PaperSpec:
             with lengths (B,), and gives each sample the output it has alone. Only such
             papers train on variable-size data sets; others read one size and need no
             mask code.
+        pixel_weights: segmentation: the paper's own weight of each pixel in the training loss (U-Net's
+            weight map), as a function of one training sample's target maps ("labels", and "instances"
+            where the data set gives them, each (H, W)) returning (H, W) weights; the trainer adds them
+            to each training sample's targets as "weights", and the task multiplies each pixel's
+            cross-entropy by its weight. None: every labelled pixel weighs 1.
         pretrained: source -> loader, for fine-tuning from a reference implementation's
             pretrained weights (`--init SOURCE:NAME`, see common.pretrained): the loader takes
             that source's model ("timm": a timm model, "torchvision": a torchvision model) and
@@ -133,6 +138,7 @@ class PaperSpec:
     pipeline: PipelineChain | None = None
     data_kwargs: tuple[str, ...] = ("num_classes",)
     padded_batches: bool = False
+    pixel_weights: Callable[[dict], torch.Tensor] | None = None
     pretrained: dict[str, Callable[[nn.Module], nn.Module]] = field(default_factory=dict)
     recipe: dict = field(default_factory=dict)
     reference_models: tuple[ReferenceModel, ...] = ()
@@ -171,8 +177,8 @@ class PaperSpec:
 
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
 # The CNN lineage first, in the order a study group reads it (ConvNeXt, ResNet modernised with MobileNetV2's
-# inverted bottleneck and the Transformer's design, last), and detection on a CNN (Faster R-CNN,
-# then DETR's Transformer on a ResNet); then attention for images (ViT, then Swin's shifted windows) and
+# inverted bottleneck and the Transformer's design, last), detection on a CNN (Faster R-CNN, then DETR's
+# Transformer on a ResNet) and segmentation (FCN); then attention for images (ViT, then Swin's shifted windows) and
 # recurrence for sequences, and translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al.,
 # the Transformer), then GPT and BERT.
 PAPER_FOLDERS = (
@@ -187,6 +193,7 @@ PAPER_FOLDERS = (
     "convnext",
     "faster_rcnn",
     "detr",
+    "fcn",
     "vit",
     "deit",
     "swin",

@@ -502,6 +502,13 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         'NSP label (4,470 train / 655 test samples): BERT\'s "No NSP" pre-training (Table 5), which builds bert '
         'without its NSP head |\n'
         "| `text` | tokens, as `pydoc` | language modeling (bits per character) |",
+    # FCN added: its row of the papers' table, and where it is checked
+    "| End-to-End Object Detection with Transformers |\n": "| End-to-End Object Detection with Transformers |\n"
+        "| [fcn] | cnn | 2015 | tiny, FCN-32s, FCN-16s, FCN-8s, FCN-8s-at-once, torchvision-fcn_resnet50 | Fully "
+        "Convolutional Networks for Semantic Segmentation |\n",
+    "its Hungarian matcher checked against brute force. Translation follows": "its Hungarian matcher checked against "
+        "brute force. Segmentation follows\n([Segmentation]): FCN against torchvision's `fcn_resnet50`, the\nreleased "
+        "Caffe nets' crops and its Table 1's parameter count. Translation follows",
 }
 
 

@@ -85,12 +85,15 @@ def test_every_paper_exports_and_onnxruntime_agrees(paper, tmp_path, capsys, mon
             for s in (1, 2))
     if detection:  # images of three sizes in each padded batch
         assert not a["mask"].all() and len({int(m.sum()) for m in a["mask"]}) == 3
-    graph = export.graph(model, detection)  # for detection, `detect(images, mask)`: boxes first
+    graph = export.graph(model, spec.task)  # for detection, `detect(images, mask)`: boxes first
     first = lambda out: out[0] if isinstance(out, tuple) else out
     with torch.no_grad():
         assert (first(graph(*a.values())) - first(graph(*b.values()))).abs().max() > 1e-3
     if detection:
         check_detections_from_the_file(tmp_path, model, data)
+    if spec.task == "segmentation":
+        assert list(dims(tmp_path / "model.onnx", outputs=True)) == ["scores"]
+        check_segmentations_from_the_file(tmp_path, model, data)
 
 
 def check_detections_from_the_file(tmp_path: Path, model: torch.nn.Module, data) -> None:
@@ -128,6 +131,36 @@ def check_detections_from_the_file(tmp_path: Path, model: torch.nn.Module, data)
         drawn, image = Image.open(tmp_path / "drawn" / path.name), Image.open(path)
         zoom = drawn.size[0] // image.size[0]
         assert drawn.size == (zoom * image.size[0], zoom * image.size[1]) and zoom >= 2  # enlarged to be read
+
+
+def check_segmentations_from_the_file(tmp_path: Path, model: torch.nn.Module, data) -> None:
+    """common.predict on a segmentation model's file: each test image's class of every pixel is PyTorch's on
+    the image alone; the command line paints them over the images and gives their shares, without torch."""
+    samples = export.write_samples(tmp_path / "samples", data.load()[1], data.preprocess(), 3)
+    assert len({Image.open(p).size for p in samples}) > 1, "images of different sizes"
+    found = Predictor(tmp_path / "model.onnx").segment(samples)
+    with pytest.raises(PredictError, match="gives a class per pixel, not one label per image"):
+        predict(tmp_path / "model.onnx", samples)
+    for path, labels in zip(samples, found):
+        image = Image.open(path)
+        x = torch.from_numpy(Predictor(tmp_path / "model.onnx").preprocess(image))
+        with torch.no_grad():
+            expected = export.graph(model, "segmentation")(x[None])[0].argmax(0).numpy()
+        assert labels.shape == (image.height, image.width) and (labels == expected).mean() > 0.999
+    no_torch = tmp_path / "no_torch"
+    (no_torch / "torch").mkdir(parents=True)
+    (no_torch / "torch/__init__.py").write_text("raise ImportError('torch is not allowed here')\n")
+    proc = subprocess.run([sys.executable, "-m", "common.predict", "--onnx", str(tmp_path / "model.onnx"),
+                           *map(str, samples), "--out", str(tmp_path / "drawn")],
+                          env=launch_env() | {"PYTHONPATH": f"{no_torch}:{ROOT}"}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == f"drew them into {tmp_path / 'drawn'}/" and len(lines) == len(samples) + 1
+    for path, line in zip(samples, lines):
+        assert line.startswith(f"{path}: ") and ("%" in line or line.endswith(" only"))
+        drawn, image = Image.open(tmp_path / "drawn" / path.name), Image.open(path)
+        assert drawn.width >= 2 * image.width  # enlarged to be read
 
 
 def test_a_mismatch_is_an_error_and_the_file_is_removed(tmp_path, capsys, monkeypatch):

@@ -75,6 +75,11 @@ def test_forward_shape_no_nan_and_every_parameter_gets_a_gradient(name):
         with torch.no_grad():
             check_detections(task.forward(model.eval(), x, y), len(y), data.facts()["num_classes"])
         model.train()
+    elif data.task == "segmentation":  # class scores for every pixel (torchvision's dict: "out", and "aux")
+        images = x["images"] if isinstance(x, dict) else x
+        for scores in out.values() if isinstance(out, dict) else [out]:
+            assert scores.shape == (images.shape[0], data.facts()["num_classes"], *images.shape[2:])
+            assert torch.isfinite(scores).all()
     else:
         if isinstance(out, dict):  # in training, auxiliary classifiers' outputs beside the logits
             assert all(a.shape == out["logits"].shape for a, _ in out["aux"])

@@ -20,10 +20,10 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common.data import (adding, coco, dates, detect, digits, long_pairs, mnist, pairs, sentence_pairs, shapes, text,
-                         tokens, vision, wds)
+from common.data import (adding, canvas, coco, dates, detect, digits, long_pairs, mnist, pairs, segfolder,
+                         sentence_pairs, shapes, text, tokens, vision, wds)
 from common.data.augment import Augmented
-from common.data.collate import pad_images, pad_masked_lm, pad_pairs, pad_sequences, stack
+from common.data.collate import pad_images, pad_masked_lm, pad_pairs, pad_segmentation, pad_sequences, stack
 from common.data.samplers import BucketBatchSampler, RepeatedAugmentation, ResumableSampler
 from common.errors import ConfigError
 
@@ -144,6 +144,23 @@ class Share(Subset):
             self.sizes = [dataset.sizes[i] for i in self.indices]
 
 
+class PixelWeights(Dataset):
+    """A segmentation training set whose targets also hold each pixel's weight in the loss, "weights" (H, W),
+    from a paper's `weigh(target)` (PaperSpec.pixel_weights) of each sample's target maps; keeps `sizes`."""
+
+    def __init__(self, dataset: Dataset, weigh: Callable[[dict], torch.Tensor]):
+        self.dataset, self.weigh = dataset, weigh
+        if hasattr(dataset, "sizes"):
+            self.sizes = dataset.sizes
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, dict]:
+        image, target = self.dataset[i]
+        return image, {**target, "weights": self.weigh(target)}
+
+
 def _fixed(**facts) -> Callable[..., dict]:
     return lambda **_: dict(facts)
 
@@ -259,6 +276,17 @@ DATASETS = {
                     preprocess=coco.preprocessing, reads_folder=True,
                     description="COCO-format detection data from --data-dir: train.json and test.json, or one "
                                 ".json split 80/20, and their images"),
+        DatasetSpec("fashion-canvas", "segmentation", "image", canvas.facts, canvas.load, variable_size=True,
+                    preprocess=canvas.preprocessing, collate_fn=pad_segmentation, reads_folder=True,
+                    description=f"{canvas.TRAIN_SIZE:,} train / {canvas.TEST_SIZE:,} test canvases of 40 to 96 by 40 to "
+                                f"96 pixels holding 1 to {canvas.MAX_ITEMS} Fashion-MNIST items (their own pixels, "
+                                f"from fashion-mnist's files), touching and overlapping, with a class per pixel "
+                                f"(background and the ten, void on a band at every border) and an instance id"),
+        DatasetSpec("segfolder", "segmentation", "image", segfolder.facts, segfolder.load, variable_size=True,
+                    preprocess=segfolder.preprocessing, collate_fn=pad_segmentation, reads_folder=True,
+                    description="images and their masks of class indices from --data-dir: classes.txt, images/ "
+                                "and masks/ (a PNG per image, palette or grayscale, 255 void), at their own "
+                                "sizes; a fixed 20% test split unless train/ and test/ are given"),
         DatasetSpec("imagefolder", "classification", "image", vision.imagefolder_facts, vision.imagefolder_load,
                     resizable=True, preprocess=vision.imagefolder_preprocess, reads_folder=True,
                     description="a folder of class subfolders from --data-dir, resized to --image-size"),

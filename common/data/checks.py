@@ -5,6 +5,8 @@ before these checks)."""
 
 from common.errors import ConfigError
 
+SHARED_HEAD = {"classification", "regression"}  # tasks whose models are alike: a head of num_classes outputs
+
 
 def check(cfg, data, spec) -> tuple[dict, bool]:
     """The data set's facts (ConfigError when its files are missing) and whether its samples differ in
@@ -65,6 +67,10 @@ def check_options(cfg, data, spec) -> None:
                           f"(--dataset hf:NAME_OR_PATH); {data.name} is not one")
     if data.inputs != spec.inputs:
         raise ConfigError(f"{spec.name} reads {spec.inputs} inputs but dataset {data.name} has {data.inputs} inputs")
+    if data.task != spec.task and not {data.task, spec.task} <= SHARED_HEAD:
+        fits = ", ".join(name for name, d in DATASETS.items() if d.task == spec.task and d.inputs == spec.inputs)
+        raise ConfigError(f"{spec.name} is a {spec.task} model, and {data.name} a {data.task} data set; train it on "
+                          f"a {spec.task} data set ({fits})")
     if cfg.train_fraction < 1 and data.streamed:
         raise ConfigError(f"--train-fraction takes a fixed share of samples by index; {data.name} streams its "
                           f"training set: write shards of the share instead")

@@ -13,13 +13,20 @@ the padded targets, or for masked-LM samples {"idx", "segments", "mask"};
 
 Targets are stacked where each sample's target is a tensor or a number, and kept
 as a list with one dict per sample where each is a dict (the form torchvision's
-detection models take: a variable number of boxes per image).
+detection models take: a variable number of boxes per image). A segmentation
+target is a dict of per-pixel maps (class ids "labels", and whatever else its
+data set gives per pixel, such as "instances"), padded with the images into one
+(B, H, W) map each: the padded pixels of "labels" get IGNORE_INDEX, those of the
+others 0 (`pad_segmentation`).
 """
 
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import default_collate
+
+
+IGNORE_INDEX = 255  # a segmentation target's pixels without a class: void borders (PASCAL VOC's 255) and padding
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -49,6 +56,22 @@ def pad_images(samples: list[tuple[torch.Tensor, object]], pad_multiple: int = 1
         batch[i, :, :h, :w] = im
         mask[i, :h, :w] = True
     return {"images": batch, "mask": mask}, collate_targets(targets)
+
+
+def pad_segmentation(samples: list[tuple[torch.Tensor, dict]], pad_multiple: int = 1) -> tuple[dict, dict]:
+    """(image (C, H_i, W_i), {"labels": (H_i, W_i), ...per-pixel maps}) pairs -> ({"images": (B, C, H, W),
+    "mask": (B, H, W)}, {"labels": (B, H, W), ...}): each map padded as its image, "labels" with
+    IGNORE_INDEX (no loss, no score there), the others with 0."""
+    inputs, _ = pad_images([(image, 0) for image, _ in samples], pad_multiple)
+    B, (H, W) = len(samples), inputs["mask"].shape[1:]
+    targets = {}
+    for key, first in samples[0][1].items():
+        fill = IGNORE_INDEX if key == "labels" else 0
+        targets[key] = first.new_full((B, H, W), fill)  # (B, H, W)
+        for i, (_, target) in enumerate(samples):
+            h, w = target[key].shape
+            targets[key][i, :h, :w] = target[key]
+    return inputs, targets
 
 
 def pad_sequences(samples: list[tuple[torch.Tensor, object]], pad_multiple: int = 1) -> tuple[dict, object]:

@@ -21,9 +21,11 @@ import torch.nn.functional as F
 from common.layers import ClassifierMixin, MaskedBatchNorm2d, downsample_mask, masked, masked_mean
 
 
-def conv3x3(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
-    """3x3 convolution, padding 1, no bias (batch norm follows every convolution)."""
-    return nn.Conv2d(in_chans, out_chans, kernel_size=3, stride=stride, padding=1, bias=False)
+def conv3x3(in_chans: int, out_chans: int, stride: int = 1, dilation: int = 1) -> nn.Conv2d:
+    """3x3 convolution, padding 1 (its dilation where dilated, keeping the size), no bias (batch norm
+    follows every convolution)."""
+    return nn.Conv2d(in_chans, out_chans, kernel_size=3, stride=stride, padding=dilation, dilation=dilation,
+                     bias=False)
 
 
 def conv1x1(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
@@ -133,18 +135,20 @@ class Bottleneck(nn.Module):
         shortcut: "A" (zero-padding identity) or "B" (projection) where the shape changes; "none":
             no shortcut (a plain net).
         stride_on: "1x1" (the paper's) or "3x3" (torchvision's): which convolution strides.
+        dilation: of the 3x3 convolution (1: the paper's; see `ResNet`'s dilate).
     """
 
     expansion = 4
 
-    def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B", stride_on: str = "1x1"):
+    def __init__(self, in_chans: int, width: int, stride: int = 1, shortcut: str = "B", stride_on: str = "1x1",
+                 dilation: int = 1):
         super().__init__()
         out_chans = width * self.expansion
         s_1x1, s_3x3 = (stride, 1) if stride_on == "1x1" else (1, stride)
         self.stride = stride
         self.conv1 = conv1x1(in_chans, width, s_1x1)
         self.bn1 = MaskedBatchNorm2d(width)
-        self.conv2 = conv3x3(width, width, s_3x3)
+        self.conv2 = conv3x3(width, width, s_3x3, dilation)
         self.bn2 = MaskedBatchNorm2d(width)
         self.conv3 = conv1x1(width, out_chans)
         self.bn3 = MaskedBatchNorm2d(out_chans)
@@ -219,6 +223,10 @@ class ResNet(ClassifierMixin, nn.Module):
             same layers without the additions.
         stride_on: where a bottleneck that halves the feature map strides: "1x1" (its first
             convolution, the paper's) or "3x3" (torchvision's). A basic block strides its first 3x3.
+        dilate: not the paper's: for each stage after the first, True replaces its stride 2 by doubling
+            the dilation of the 3x3 convolutions from its second block on (the first keeps the previous
+            dilation), so the map keeps its resolution: torchvision's `replace_stride_with_dilation`,
+            whose (False, True, True) is the stride-8 backbone of its segmentation models. Bottlenecks only.
         num_classes: outputs of the linear head.
         in_chans: input channels.
     """
@@ -231,6 +239,7 @@ class ResNet(ClassifierMixin, nn.Module):
         stem: str = "imagenet",
         shortcut: str = "B",
         stride_on: str = "1x1",
+        dilate: tuple[bool, ...] = (),
         num_classes: int = 1000,
         in_chans: int = 3,
     ):
@@ -245,15 +254,21 @@ class ResNet(ClassifierMixin, nn.Module):
             raise ValueError(f"unknown stride_on '{stride_on}'; choose from: 1x1, 3x3")
         if len(layers) != len(widths) or not layers:
             raise ValueError(f"layers {tuple(layers)} and widths {tuple(widths)} must name the same stages")
+        if any(dilate) and (block != "bottleneck" or len(dilate) != len(layers) - 1):
+            raise ValueError(f"dilate {tuple(dilate)} needs bottlenecks and one entry per stage after the first")
         Block = BLOCKS[block]
-        where = dict(stride_on=stride_on) if Block is Bottleneck else {}
         self.in_chans = in_chans
         self.stem = Stem(stem, in_chans, widths[0])
-        stages, chans = [], widths[0]
+        stages, chans, dilation = [], widths[0], 1
         for i, (n, width) in enumerate(zip(layers, widths)):
             stride = 1 if i == 0 else 2  # the first stage keeps the stem's resolution
+            first_dilation = dilation  # torchvision's: a dilated stage's first block keeps the previous one
+            if i > 0 and any(dilate) and dilate[i - 1]:
+                stride, dilation = 1, dilation * 2
             blocks = []
             for j in range(n):
+                where = dict(stride_on=stride_on, dilation=first_dilation if j == 0 else dilation) \
+                    if Block is Bottleneck else {}
                 blocks.append(Block(chans, width, stride if j == 0 else 1, shortcut, **where))
                 chans = width * Block.expansion
             stages.append(Stage(*blocks))

@@ -1,0 +1,8 @@
+"""FCN: Long, Shelhamer and Darrell, 2015.
+
+The spec (PAPER) and the rest are in spec.py, imported when first asked for (papers.spec_on_demand),
+so that a tool in this folder (`python -m papers.fcn.…`) answers --help without importing the model and torch."""
+
+from papers import spec_on_demand
+
+__getattr__ = spec_on_demand(__name__)
