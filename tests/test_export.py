@@ -116,21 +116,28 @@ def check_detections_from_the_file(tmp_path: Path, model: torch.nn.Module, data)
             near = ((alone["scores"] - score).abs() < 1e-4).nonzero()[:, 0].tolist()
             assert any(np.abs(np.array(box) - alone["boxes"][j].numpy()).max() <= 0.06  # boxes rounded to 0.1 px
                        and label == str(int(alone["labels"][j])) for j in near), (path, label, score, box)
-    no_torch = tmp_path / "no_torch"
-    (no_torch / "torch").mkdir(parents=True)
-    (no_torch / "torch/__init__.py").write_text("raise ImportError('torch is not allowed here')\n")
-    proc = subprocess.run([sys.executable, "-m", "common.predict", "--onnx", str(tmp_path / "model.onnx"),
-                           *map(str, samples), "--out", str(tmp_path / "drawn"), "--threshold", "0"],
-                          env=launch_env() | {"PYTHONPATH": f"{no_torch}:{ROOT}"}, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert lines[-1] == f"drew them into {tmp_path / 'drawn'}/" and len(lines) == len(samples) + 1
+    lines = predict_without_torch(tmp_path, samples, "--threshold", "0")
     for path, line, boxes in zip(samples, lines, found):
         assert line.startswith(f"{path}: ") and line.count(" at [") == len(boxes)
         drawn, image = Image.open(tmp_path / "drawn" / path.name), Image.open(path)
         zoom = drawn.size[0] // image.size[0]
         assert drawn.size == (zoom * image.size[0], zoom * image.size[1]) and zoom >= 2  # enlarged to be read
+
+
+def predict_without_torch(tmp_path: Path, samples: list[Path], *flags: str) -> list[str]:
+    """The lines `python -m common.predict --onnx` prints for the samples, run where torch cannot be imported
+    (it draws them into tmp_path/drawn); the last says where it drew them."""
+    no_torch = tmp_path / "no_torch"
+    (no_torch / "torch").mkdir(parents=True)
+    (no_torch / "torch/__init__.py").write_text("raise ImportError('torch is not allowed here')\n")
+    proc = subprocess.run([sys.executable, "-m", "common.predict", "--onnx", str(tmp_path / "model.onnx"),
+                           *map(str, samples), "--out", str(tmp_path / "drawn"), *flags],
+                          env=launch_env() | {"PYTHONPATH": f"{no_torch}:{ROOT}"}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == f"drew them into {tmp_path / 'drawn'}/" and len(lines) == len(samples) + 1
+    return lines
 
 
 def check_segmentations_from_the_file(tmp_path: Path, model: torch.nn.Module, data) -> None:
@@ -147,16 +154,7 @@ def check_segmentations_from_the_file(tmp_path: Path, model: torch.nn.Module, da
         with torch.no_grad():
             expected = export.graph(model, "segmentation")(x[None])[0].argmax(0).numpy()
         assert labels.shape == (image.height, image.width) and (labels == expected).mean() > 0.999
-    no_torch = tmp_path / "no_torch"
-    (no_torch / "torch").mkdir(parents=True)
-    (no_torch / "torch/__init__.py").write_text("raise ImportError('torch is not allowed here')\n")
-    proc = subprocess.run([sys.executable, "-m", "common.predict", "--onnx", str(tmp_path / "model.onnx"),
-                           *map(str, samples), "--out", str(tmp_path / "drawn")],
-                          env=launch_env() | {"PYTHONPATH": f"{no_torch}:{ROOT}"}, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert lines[-1] == f"drew them into {tmp_path / 'drawn'}/" and len(lines) == len(samples) + 1
+    lines = predict_without_torch(tmp_path, samples)
     for path, line in zip(samples, lines):
         assert line.startswith(f"{path}: ") and ("%" in line or line.endswith(" only"))
         drawn, image = Image.open(tmp_path / "drawn" / path.name), Image.open(path)
