@@ -187,7 +187,24 @@ def _byte_of_symbol() -> dict[str, int]:
     return {chr(b): b for b in kept} | {chr(256 + i): b for i, b in enumerate(moved)}
 
 
-class ByteBPE:
+class _HFTokenizer:
+    """A tokenizers.Tokenizer, and what every tokenizer of ours built on one does alike: rebuilt from its
+    JSON (`from_str`, as a run's data facts keep it) and its vocabulary's size."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_str(cls, json: str):
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_str(json))
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+
+class ByteBPE(_HFTokenizer):
     """Byte-level BPE (Radford et al. 2019, Section 2.2) with HF tokenizers: GPT-2's pre-tokenizer (its
     regular expression over the bytes shown as 256 printable symbols) and byte-level decoding.
 
@@ -196,9 +213,6 @@ class ByteBPE:
     """
 
     level = "bpe"
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
 
     @classmethod
     def train(cls, text: str, vocab_size: int = BPE_VOCAB_SIZE) -> "ByteBPE":
@@ -212,15 +226,6 @@ class ByteBPE:
                                       show_progress=False)
         tok.train_from_iterator(text.split("\n\n"), trainer)
         return cls(tok)
-
-    @classmethod
-    def from_str(cls, json: str) -> "ByteBPE":
-        from tokenizers import Tokenizer
-
-        return cls(Tokenizer.from_str(json))
-
-    def __len__(self) -> int:
-        return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text).ids
@@ -260,7 +265,7 @@ def _written(piece: str) -> str:
     return "##" + plain if ord(piece[0]) >= _PLANE_15 else plain
 
 
-class WordPiece:
+class WordPiece(_HFTokenizer):
     """WordPiece (Devlin et al. 2019, Section 3.1: "We use WordPiece embeddings (Wu et al., 2016) with a
     30,000 token vocabulary") with HF tokenizers: BERT's normaliser and pre-tokenizer (words split at
     whitespace and around every punctuation character), then each word greedily into the longest pieces
@@ -284,7 +289,7 @@ class WordPiece:
     SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
     def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer)
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (tokenizer.token_to_id(t)
                                                                             for t in self.SPECIALS)
 
@@ -325,15 +330,6 @@ class WordPiece:
         tok.add_special_tokens(list(cls.SPECIALS))  # "[MASK]" in a text is the mask, never split
         return cls(tok)
 
-    @classmethod
-    def from_str(cls, json: str) -> "WordPiece":
-        from tokenizers import Tokenizer
-
-        return cls(Tokenizer.from_str(json))
-
-    def __len__(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
     def special_ids(self) -> list[int]:
         """The ids of [PAD], [UNK], [CLS], [SEP] and [MASK]: those masking never chooses nor draws."""
         return [self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id]
@@ -358,8 +354,8 @@ class WordPiece:
 
     def facts(self) -> dict:
         return dict(vocab_size=len(self), level=self.level, tokenizer=self.tokenizer.to_str(),
-                    token_chars=self.token_chars(), pad_id=self.pad_id, unk_id=self.unk_id, cls_id=self.cls_id, sep_id=self.sep_id,
-                    mask_id=self.mask_id)
+                    token_chars=self.token_chars(), pad_id=self.pad_id, unk_id=self.unk_id, cls_id=self.cls_id,
+                    sep_id=self.sep_id, mask_id=self.mask_id)
 
 
 Tokenizer = CharVocab | ByteBPE | WordPiece
