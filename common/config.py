@@ -12,6 +12,7 @@ optimizer (common.optim), the model (and LoRA's, common.lora), the mesh (common.
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import re
@@ -200,7 +201,38 @@ def resolve(flags: dict) -> TrainConfig:
     merged = {**lr_batch, **values, **flags}
     if "{seed}" in (merged.get("init") or ""):  # each seed of a sweep from the run of its own seed
         merged["init"] = merged["init"].replace("{seed}", str(merged.get("seed", TrainConfig.seed)))
-    return TrainConfig.from_dict(merged)
+    cfg = TrainConfig.from_dict(merged)
+    if cfg.init is not None and is_run(cfg.init):
+        cfg.model_kwargs = kept_from_run(cfg)
+    return cfg
+
+
+def kept_from_run(cfg: TrainConfig) -> dict:
+    """--model-kwargs with what --init RUN_DIR's model took from its data set (its flavor's data_kwargs) and
+    this flavor's takes as an argument instead, where the run's value is not this flavor's own: BERT's
+    `causal` of a pydoc-ltr run, "the left-only constraint was also applied at fine-tuning" (Devlin et al.
+    2019, Section 5.1). A --model-kwargs value other than the run's is a ConfigError; a folder that is no
+    readable run of this paper is left to check_run."""
+    from papers import get_paper
+
+    given = dict(cfg.model_kwargs or {})
+    try:
+        run = json.loads((Path(cfg.init) / "config.json").read_text())
+        theirs, ours = get_paper(run["paper"]).for_flavor(run["flavor"]), get_paper(cfg.paper)
+    except (OSError, ValueError, KeyError, TypeError):
+        return given
+    if theirs.name != ours.name or cfg.flavor not in ours.flavors:
+        return given
+    keys = [k for k in theirs.data_kwargs if k in (ours.model_arguments(cfg.flavor) or [])]
+    facts = (_run_facts(cfg.init) or ({},))[0] if keys else {}  # (read only where something may be kept)
+    defaults = {p.name: p.default for p in inspect.signature(ours.for_flavor(cfg.flavor).model).parameters.values()}
+    for key in [k for k in keys if k in facts]:
+        if key in given and given[key] != facts[key]:
+            raise ConfigError(f"--model-kwargs {key}={given[key]}: the model of --init {cfg.init} was built with "
+                              f"{key}={facts[key]} (its data set, {run.get('dataset')}); fine-tuning keeps it")
+        if facts[key] != ours.flavors[cfg.flavor].get(key, defaults.get(key)):
+            given[key] = facts[key]
+    return given
 
 
 # ---------------------------------------------------------------- checks

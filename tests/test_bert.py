@@ -207,6 +207,27 @@ def test_the_classifiers_body_has_berts_names_and_shapes():
     assert classifier(idx).shape == (3, 2)
 
 
+def test_a_causal_classifier_reads_the_last_real_token_and_bert_reads_cls():
+    """Left-only at fine-tuning (Section 5.1, "LTR & No NSP"): [CLS] sees only itself, so C pools the last
+    real token's state, and padding after it changes nothing. Bidirectional, C pools [CLS] as before."""
+    sizes = dict(num_classes=5, vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=32)
+    torch.manual_seed(0)
+    causal = BERTClassifier(**sizes, causal=True).eval()
+    bidirectional = BERTClassifier(**sizes).eval()
+    bidirectional.load_state_dict(causal.state_dict())
+    idx, segments, mask = batch(50)
+    with torch.no_grad():
+        for model, reads_last in ((causal, True), (bidirectional, False)):
+            logits, h = model(idx, segments, mask), model.forward_features(idx, segments, mask)
+            for b, n in enumerate(LENGTHS.tolist()):
+                C = torch.tanh(model.pooler(h[b, n - 1 if reads_last else 0]))
+                assert (logits[b] - model.W(C)).abs().max() < 1e-5
+                alone = model(idx[b:b + 1, :n], segments[b:b + 1, :n])  # no padding at all
+                assert (logits[b] - alone[0]).abs().max() < 1e-5
+        first = causal.W(torch.tanh(causal.pooler(h[:, 0])))
+        assert (causal(idx, segments, mask) - first).abs().max() > 1e-3  # not [CLS]'s
+
+
 def test_flavors_initialisation_and_every_parameter_trains():
     tiny = BERT(**FLAVORS["tiny"] | dict(vocab_size=77))
     assert tiny.embeddings.token.weight.shape == (77, 64) and len(tiny.blocks) == 2

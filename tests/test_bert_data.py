@@ -279,7 +279,7 @@ def test_masked_lm_sums_of_a_padded_batch_are_those_of_its_sequences_alone():
 
 # ---------------------------------------------------------------- the pre-training pairs (Section 3.1, Appendix A.2)
 
-from common.config import resolve, validate  # noqa: E402
+from common.config import parse_model_kwargs, resolve, validate  # noqa: E402
 from common.data import get_dataset, sentence_pairs  # noqa: E402
 from common.errors import ConfigError  # noqa: E402
 from common.tasks import get_task  # noqa: E402
@@ -393,12 +393,15 @@ def test_a_batch_is_padded_at_the_end_with_pad_no_label_and_a_mask():
 @pytest.mark.parametrize("flags, words", [
     (["--tokenizer", "char"], "--dataset pydoc-pairs is read in WordPiece tokens .*; use --tokenizer wordpiece, not char"),
     (["--dataset", "pydoc-segments", "--tokenizer", "bpe"], "--dataset pydoc-segments is read in WordPiece tokens"),
+    (["--dataset", "pydoc-ltr", "--tokenizer", "bpe"], "--dataset pydoc-ltr is read in WordPiece tokens"),
     (["--model-kwargs", "nsp=False"], "--model-kwargs nsp: BERT takes nsp from the data set"),
+    (["--dataset", "pydoc-ltr", "--model-kwargs", "causal=False"], "--model-kwargs causal: BERT takes causal from the "
+                                                                   "data set"),
 ])
 def test_what_the_pairs_refuse_is_one_error(flags, words):
     values = {k.lstrip("-").replace("-", "_"): v for k, v in zip(flags[::2], flags[1::2])}
     if "model_kwargs" in values:
-        values["model_kwargs"] = {"nsp": False}
+        values["model_kwargs"] = parse_model_kwargs([values["model_kwargs"]])
     with pytest.raises(ConfigError, match=words):
         validate(resolve(dict(paper="bert") | values))
 
@@ -462,3 +465,53 @@ def test_a_padded_batch_sums_to_the_scores_of_its_sequences_one_at_a_time():
     with torch.no_grad():
         task.update(none, task.forward(model, inputs, targets), targets)
     assert task.compute(none).keys() == {"loss", "mlm_accuracy", "perplexity"}
+
+
+# ---------------------------------------------------------------- the left-to-right LM (Section 5.1, "LTR & No NSP")
+
+LTR = get_dataset("pydoc-ltr")
+
+
+def test_ltr_labels_are_the_unmasked_inputs_shifted_by_one():
+    """pydoc-segments' samples unmasked; position t labelled with token t + 1, the last one ([SEP]) and padding
+    with nothing; the data builds bert left-only and without NSP."""
+    train, test = LTR.read(tokenizer="wordpiece")
+    segments, _ = pydoc_pairs(False)
+    assert (len(train), len(test)) == (len(segments), len(pydoc_pairs(False)[1]))
+    for k in range(0, len(train), 97):
+        x, y = train[k]
+        assert torch.equal(x["idx"], segments.ids[k]) and x["idx"][-1] == train.wp.sep_id  # no [MASK]: unmasked
+        assert torch.equal(y["labels"][:-1], x["idx"][1:]) and y["labels"][-1] == IGNORE_INDEX
+    inputs, targets = LTR.collate()([train[0], train[1]])
+    n = int(inputs["mask"][1].sum())
+    assert (targets["labels"][1, n - 1:] == IGNORE_INDEX).all() and torch.equal(targets["labels"][1, :n - 1],
+                                                                               inputs["idx"][1, 1:n])
+    facts = LTR.facts(tokenizer="wordpiece")
+    assert (facts["causal"], facts["nsp"]) == (True, False)
+    assert not PAIRS.facts(tokenizer="wordpiece")["causal"] and not SEGMENTS.facts(tokenizer="wordpiece")["causal"]
+
+
+def test_a_causal_berts_loss_at_t_reads_no_token_after_t():
+    """Built for pydoc-ltr, bert's next-token loss at each position is unchanged when every input token after it
+    changes; built for pydoc-segments (bidirectional), it changes. The masked-LM task scores every real
+    position but the last."""
+    from papers.bert import PAPER
+
+    x, y = LTR.collate()([LTR.read(tokenizer="wordpiece")[0][k] for k in (0, 5)])
+    t = 10
+    later = dict(x, idx=x["idx"].clone())
+    later["idx"][:, t + 1:] = torch.where(x["mask"][:, t + 1:], (x["idx"][:, t + 1:] + 7) % 1024, 0)
+    losses = {}
+    for data in (LTR, SEGMENTS):
+        torch.manual_seed(0)
+        model = PAPER.build_for_data("tiny", data.facts(tokenizer="wordpiece")).eval()
+        assert model.causal == (data is LTR) and model.nsp_head is None
+        with torch.no_grad():
+            loss = [F.cross_entropy(model(**inputs)[0].transpose(1, 2), y["labels"], reduction="none")
+                    for inputs in (x, later)]  # (B, T) each
+        losses[data.name] = (loss[0][:, :t + 1] - loss[1][:, :t + 1]).abs().max()
+    assert losses["pydoc-ltr"] < 1e-6 and losses["pydoc-segments"] > 1e-4  # untrained: 7e-4
+    task = get_task("masked-lm", LTR.facts(tokenizer="wordpiece"))
+    with torch.no_grad():
+        _, count = task.train_counts(task.forward(model, x, y), y).tolist()
+    assert count == x["mask"].sum() - 2  # every real position but each sample's last

@@ -126,3 +126,39 @@ def test_a_run_of_other_tokens_is_refused(pretrained, capsys):
                             "512"])
     assert line.startswith(f"train.py: error: --init {run}: the run read other tokens (pydoc-pairs, --tokenizer "
                            f"wordpiece, 1024 of them) than this data set's (512)")
+
+
+# ------------------------------------------------------------------ "LTR & No NSP" (Section 5.1)
+
+
+@pytest.fixture(scope="module")
+def ltr_run(tmp_path_factory):
+    """BERT tiny, 2 steps on pydoc-ltr: a left-to-right run to fine-tune."""
+    def make(folder):
+        assert train(["--paper", "bert", "--dataset", "pydoc-ltr", "--max-steps", "2", "--seed", "1", *QUICK,
+                      "--out", str(folder / "run"), "--results-dir", str(folder / "results")]) == 0
+
+    return made_once(tmp_path_factory, "bert-ltr-2-steps", make) / "run"
+
+
+def test_fine_tuning_an_ltr_run_keeps_it_left_only_and_an_mlm_run_bidirectional(ltr_run, pretrained, tmp_path,
+                                                                                capsys):
+    """"The left-only constraint was also applied at fine-tuning": --init of a pydoc-ltr run, with no other flag,
+    builds the classifier causal and records it in the run's config (a resume or an export builds it so too);
+    --init of a masked-LM run leaves the classifier as it was. Asking for bidirectional is one line."""
+    from common.config import resolve
+
+    run, _ = pretrained
+    flags = ["--paper", "bert", "--flavor", "tiny-classifier", "--max-steps", "1", "--eval-samples", "64",
+             "--results-dir", str(tmp_path / "results")]
+    for init, causal in ((ltr_run, True), (run, False)):
+        assert train(flags + ["--init", str(init), "--out", str(tmp_path / init.parent.name)]) == 0
+        config = json.loads((tmp_path / init.parent.name / "config.json").read_text())
+        assert config["model_kwargs"] == ({"causal": True} if causal else {})
+        model = build_model(CLASSIFIER, "tiny-classifier", str(init), TOPICS.facts(tokenizer="wordpiece"),
+                            config["model_kwargs"])
+        assert model.causal == causal
+    assert resolve(dict(paper="bert", flavor="tiny-classifier", init=str(ltr_run))).model_kwargs == {"causal": True}
+    line = refused(capsys, flags + ["--init", str(ltr_run), "--model-kwargs", "causal=False"])
+    assert line == (f"train.py: error: --model-kwargs causal=False: the model of --init {ltr_run} was built with "
+                    f"causal=True (its data set, pydoc-ltr); fine-tuning keeps it")

@@ -226,6 +226,14 @@ def test_sweep_files_open_as_text_under_mkdocs_serve():
 
 
 OLD_README = "ed608b7"  # the last commit whose README held everything
+# BERT's "LTR & No NSP" data set, after pydoc-segments' row
+ROW_LTR = (
+    '| `pydoc-ltr` | tokens: "[CLS] A [SEP]", up to 128 WordPiece tokens | masked LM (its MLM accuracy '
+    'and perplexity are next-token accuracy and perplexity) | `pydoc-segments` unmasked, each position '
+    'labelled with the next token (the last, `[SEP]`, and padding with none), the same 4,470 train / 655 '
+    'test samples: BERT\'s "LTR & No NSP" pre-training (Table 5), which builds bert left-to-right (causal '
+    'attention) without its NSP head; a classifier fine-tuned from it with `--init` stays causal |\n'
+)
 EDITS = {  # what moving it changed, besides link targets and heading levels
     # provenance: the sweep refuses uncommitted changes; a result records its commits at start and end
     "validates and prints the\n  command lines.": "validates and prints the\n  command lines;\n- refuses, in one line and with exit code 2, to start on a checkout whose\n  tracked files have uncommitted changes: a run records the commit it ran,\n  and a result of code that no commit holds cannot be rerun. `--allow-dirty`\n  runs anyway and records `\"allow_dirty\": true` in each run's sweep tag\n  (the runs' commit then ends in `-dirty`, and the leaderboard marks it `*`).",
@@ -501,7 +509,7 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         '128 WordPiece tokens | masked LM (MLM accuracy, perplexity) | `pydoc-pairs` as single segments with no '
         'NSP label (4,470 train / 655 test samples): BERT\'s "No NSP" pre-training (Table 5), which builds bert '
         'without its NSP head |\n'
-        "| `text` | tokens, as `pydoc` | language modeling (bits per character) |",
+        + ROW_LTR + "| `text` | tokens, as `pydoc` | language modeling (bits per character) |",
     # FCN added: its row of the papers' table, and where it is checked
     "| End-to-End Object Detection with Transformers |\n": "| End-to-End Object Detection with Transformers |\n"
         "| [fcn] | cnn | 2015 | tiny, FCN-32s, FCN-16s, FCN-8s, FCN-8s-at-once, torchvision-fcn_resnet50 | Fully "

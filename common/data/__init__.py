@@ -225,6 +225,12 @@ DATASETS = {
                     options=("block_size", "tokenizer", "vocab_size"),
                     description="pydoc-pairs as single segments \"[CLS] A [SEP]\" with no NSP label: BERT's \"No "
                                 "NSP\" pre-training (Table 5)"),
+        DatasetSpec("pydoc-ltr", "masked-lm", "tokens", partial(sentence_pairs.facts, nsp=False, ltr=True),
+                    partial(sentence_pairs.load, nsp=False, ltr=True), variable_size=True, collate_fn=pad_masked_lm,
+                    options=("block_size", "tokenizer", "vocab_size"),
+                    description="pydoc-segments unmasked, each position labelled with the next token: BERT's \"LTR "
+                                "& No NSP\" pre-training (Table 5), which builds bert left-only (causal); its MLM "
+                                "accuracy is next-token accuracy"),
         DatasetSpec("text", "language-modeling", "tokens", partial(text.facts, dataset="text"),
                     partial(text.load, dataset="text"), reads_folder=True, options=("block_size", "tokenizer", "vocab_size"),
                     description="UTF-8 text from --data-dir: a file, or a folder's .txt files joined in order of "

@@ -13,8 +13,12 @@ tokens"; 128 here, the length of the paper's first 90% of steps).
 `pydoc-pairs` reads pydoc-rest's text (common.data.text: no passage of pydoc-topics, so that a model
 pre-trained on it fine-tunes on passages it never read), each training topic a document; its test pairs are
 pydoc's test topics'. `pydoc-segments` is the same text as single segments "[CLS] A [SEP]" with no NSP
-label: the "No NSP" rows of Table 5 (facts["nsp"] False, which builds BERT without its NSP head). Both
-read pydoc's WordPiece (--tokenizer wordpiece: the ids of pydoc-topics and of --dataset pydoc read with it).
+label: the "No NSP" rows of Table 5 (facts["nsp"] False, which builds BERT without its NSP head).
+`pydoc-ltr` is pydoc-segments for "a standard Left-to-Right (LTR) LM, rather than an MLM" (Section 5.1,
+"LTR & No NSP"): the ids unmasked, each position labelled with the next token (the last real one with
+none), and facts["causal"] True, which builds BERT's attention left-only; the masked-LM task then scores
+next-token prediction at every real position. All three read pydoc's WordPiece (--tokenizer wordpiece: the
+ids of pydoc-topics and of --dataset pydoc read with it).
 
 As the released code (short_seq_prob 0.1, dupe_factor 10, random_seed 12345):
   - a document is split into sentences at ".", "!" or "?" before a space and at blank lines, its headings'
@@ -42,7 +46,7 @@ import torch
 from torch.utils.data import Dataset
 
 from common.data import text
-from common.data.mlm import mask_tokens
+from common.data.mlm import IGNORE_INDEX, mask_tokens
 from common.errors import ConfigError
 
 SEED = 12345  # create_pretraining_data.py's random_seed
@@ -170,26 +174,47 @@ class MaskedPairs(Dataset):
         return {"idx": inputs[0], "segments": self.segments[k]}, targets
 
 
-def check_tokenizer(tokenizer: str, nsp: bool) -> None:
+class NextTokens(MaskedPairs):
+    """Single segments for a left-to-right LM (Section 5.1, "LTR & No NSP"): ({"idx": (T,) the ids unmasked,
+    "segments": (T,)}, {"labels": (T,)}), labels[t] = idx[t + 1] and the last position's IGNORE_INDEX (the
+    masked LM's "not chosen": no prediction), so that the masked-LM loss is next-token prediction."""
+
+    def __getitem__(self, k: int) -> tuple[dict, dict]:
+        ids = self.ids[k]  # (T,) "[CLS] A [SEP]"
+        labels = torch.full_like(ids, IGNORE_INDEX)
+        labels[:-1] = ids[1:]  # the next token; [SEP] is the last one predicted
+        return {"idx": ids, "segments": self.segments[k]}, {"labels": labels}
+
+
+def name_of(nsp: bool, ltr: bool) -> str:
+    return "pydoc-ltr" if ltr else "pydoc-pairs" if nsp else "pydoc-segments"
+
+
+def check_tokenizer(tokenizer: str, nsp: bool, ltr: bool = False) -> None:
     if tokenizer != "wordpiece":
-        raise ConfigError(f"--dataset {'pydoc-pairs' if nsp else 'pydoc-segments'} is read in WordPiece tokens (its "
-                          f"samples hold [CLS], [SEP] and [MASK]); use --tokenizer wordpiece, not {tokenizer}")
+        raise ConfigError(f"--dataset {name_of(nsp, ltr)} is read in WordPiece tokens (its samples hold [CLS], [SEP] "
+                          f"and [MASK]); use --tokenizer wordpiece, not {tokenizer}")
 
 
 def load(block_size: int | None = None, tokenizer: str = "wordpiece", vocab_size: int | None = None, nsp: bool = True,
-         **_) -> tuple[MaskedPairs, MaskedPairs]:
-    """The training and test samples; a ConfigError for another tokenizer than WordPiece."""
-    check_tokenizer(tokenizer, nsp)
+         ltr: bool = False, **_) -> tuple[MaskedPairs, MaskedPairs]:
+    """The training and test samples (ltr: single segments labelled with their next tokens, nsp False); a
+    ConfigError for another tokenizer than WordPiece."""
+    check_tokenizer(tokenizer, nsp, ltr)
     block_size = block_size or text.BLOCK_SIZE
     if block_size < 8:
         raise ConfigError(f"--block-size {block_size}: a sentence pair needs room for [CLS], [SEP], [SEP] and a few "
                           f"tokens; use 8 or more")
-    return tuple(MaskedPairs(*pairs_of(split, block_size, vocab_size, nsp), seed=seed)
+    kind = NextTokens if ltr else MaskedPairs
+    return tuple(kind(*pairs_of(split, block_size, vocab_size, nsp and not ltr), seed=seed)
                  for split, seed in (("train", 0), ("test", 1 << 32)))
 
 
-def facts(tokenizer: str = "wordpiece", vocab_size: int | None = None, nsp: bool = True, **_) -> dict:
-    """pydoc's WordPiece's facts (vocab_size, its special ids, what decodes the ids), and nsp: whether the
-    samples are pairs with an NSP label (a BERT built for them has its NSP head)."""
-    check_tokenizer(tokenizer, nsp)
-    return text.make_tokenizer(tokenizer="wordpiece", vocab_size=vocab_size).facts() | dict(nsp=nsp)
+def facts(tokenizer: str = "wordpiece", vocab_size: int | None = None, nsp: bool = True, ltr: bool = False,
+          **_) -> dict:
+    """pydoc's WordPiece's facts (vocab_size, its special ids, what decodes the ids), nsp: whether the
+    samples are pairs with an NSP label (a BERT built for them has its NSP head), and causal: whether they
+    are labelled for a left-to-right LM (a BERT built for them attends to the left only)."""
+    check_tokenizer(tokenizer, nsp, ltr)
+    return text.make_tokenizer(tokenizer="wordpiece", vocab_size=vocab_size).facts() | dict(nsp=nsp and not ltr,
+                                                                                          causal=ltr)

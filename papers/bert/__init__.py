@@ -41,7 +41,9 @@ PAPER = PaperSpec(
                   weight_decay=0.01, clip_grad=1.0),
     reference="transformers.BertForPreTraining, BertModel and BertForSequenceClassification (the same outputs "
               "from the same weights, `from_hf`; the same parameter counts for BERT-base and BERT-large)",
-    data_kwargs=("vocab_size", "nsp"),  # nsp: the data's pairs have NSP labels (pydoc-pairs), or not (pydoc-segments)
+    # nsp: the data's pairs have NSP labels (pydoc-pairs), or not (pydoc-segments, pydoc-ltr); causal: the data is
+    # labelled for a left-to-right LM (pydoc-ltr), which BERT reads left-only
+    data_kwargs=("vocab_size", "nsp", "causal"),
     shard_blocks="blocks",
     # Megatron-LM's split of a Transformer block, as GPT's (BERT's blocks are GPT's); post-norm: no
     # --sequence-parallel, whose plan splits the positions at a block's pre-norms

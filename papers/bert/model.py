@@ -203,13 +203,17 @@ class BERTClassifier(ClassifierMixin, BERTEncoder):
     introduced during fine-tuning are classification layer weights W in R^{K x H}", and the loss is that of
     softmax(C W^T), C the pooled [CLS] state; dropout on C first, as the released run_classifier.py.
 
+    Causal (the "LTR & No NSP" row of Table 5: "the left-only constraint was also applied at fine-tuning"),
+    [CLS] at position 0 reads only itself, so C pools the last real token's final state instead, as GPT's
+    classifier reads the last token's (GPT's eq. 3), through the same pooler.
+
     The body's parameters keep BERT's names (embeddings.*, blocks.*, pooler.*), so that a pre-trained BERT
     loads by name and shape (--init RUN_DIR); W is new, initialised as every other weight.
 
     Args:
         num_classes: K.
-        vocab_size, block_size, type_vocab_size, n_layer, n_head, n_embd, layer_norm_eps, causal:
-            BERTEncoder's.
+        vocab_size, block_size, type_vocab_size, n_layer, n_head, n_embd, layer_norm_eps: BERTEncoder's.
+        causal: BERTEncoder's; True also pools the last real token rather than [CLS].
         dropout: BERTEncoder's, and on C before W (0.1, Appendix A.3).
     """
 
@@ -231,7 +235,11 @@ class BERTClassifier(ClassifierMixin, BERTEncoder):
     def forward(self, idx: torch.Tensor, segments: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """Class logits C W^T (B, K) of idx (B, T); segments and mask as BERTEncoder's."""
-        _, C = super().forward(idx, segments, mask)  # (B, H)
+        h = self.forward_features(idx, segments, mask)  # (B, T, H)
+        if self.causal:  # the last real token's state: the only one that has read the whole sequence
+            last = (idx.shape[1] if mask is None else mask.long().sum(1)) - 1  # (B,) or a number
+            h = h[torch.arange(h.shape[0], device=h.device), last][:, None]  # (B, 1, H)
+        C = self.pool(h)  # (B, H)
         return self.W(self.dropout(C))
 
 
@@ -242,7 +250,8 @@ def from_hf(hf_model: nn.Module) -> BERTEncoder:
 
     Refused in one ValueError: another class, hidden_act other than "gelu" (the erf GELU), a
     position_embedding_type other than "absolute", intermediate_size other than 4 hidden_size (the
-    paper's 4H, which GPT's blocks have), cross-attention, and an MLM decoder not tied to the embeddings.
+    paper's 4H, which GPT's blocks have), cross-attention, an MLM decoder not tied to the embeddings, and
+    is_decoder on BertForSequenceClassification (its pooler reads [CLS], ours the last real token).
     The dropout rate is hidden_dropout_prob (ours has one rate for all layers, as the paper).
     """
     kind, c = type(hf_model).__name__, hf_model.config
@@ -255,6 +264,8 @@ def from_hf(hf_model: nn.Module) -> BERTEncoder:
                f"intermediate_size {c.intermediate_size} is not 4 x hidden_size {c.hidden_size}":
                    c.intermediate_size != 4 * c.hidden_size,
                "add_cross_attention is set": getattr(c, "add_cross_attention", False),
+               "is_decoder on a classifier (its pooler reads [CLS], ours a causal one's last token)":
+                   kind == "BertForSequenceClassification" and c.is_decoder,
                "the MLM decoder is not tied to the word embeddings": kind == "BertForPreTraining" and
                    hf_model.cls.predictions.decoder.weight is not body.embeddings.word_embeddings.weight}
     if any(refused.values()):
