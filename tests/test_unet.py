@@ -51,7 +51,7 @@ def test_figure1_sizes_at_every_level():
         level.register_forward_pre_hook(lambda m, args: concatenated.append(tuple(args[0].shape)))
     model.dropout.register_forward_pre_hook(lambda m, args: dropped.append(tuple(args[0].shape)))
     with torch.no_grad():
-        out = model(torch.randn(1, 1, 572, 572))
+        out = model.forward_tile(torch.randn(1, 1, 572, 572))
     assert out.shape == (1, 2, 388, 388) and torch.isfinite(out).all()
     assert sizes == FIGURE1
     assert concatenated == [(1, 1024, 56, 56), (1, 512, 104, 104), (1, 256, 200, 200), (1, 128, 392, 392)]
@@ -102,25 +102,25 @@ def test_one_level_net_equals_a_hand_unrolled_forward(padding, side):
     h = conv_relu2(torch.cat([skip, h], dim=1), model.expansive[0], padding)
     expected = F.conv2d(h, model.head.weight, model.head.bias)
     with torch.no_grad():
-        got = model(x)
+        got = model.forward_tile(x)
     out_side = side if padding else 4
     assert got.shape == expected.shape == (2, 3, out_side, out_side)
     assert (got - expected).abs().max() < 1e-6 and expected.std() > 0.01
 
 
-def test_refuses_an_input_size_it_cannot_take():
-    """Unpadded sides are 16k + 124 at depth 4 (556, 572, ...): 570 would max-pool an odd side; padded
-    ones multiples of 2^depth; one line naming the nearest valid sides."""
+def test_refuses_an_input_tile_it_cannot_take():
+    """The net of Figure 1 on one tile: unpadded sides are 16k + 124 at depth 4 (556, 572, ...), 570 would
+    max-pool an odd side; padded ones multiples of 2^depth; one line naming the nearest valid sides."""
     with torch.device("meta"):
         paper, tiny = UNet(**FLAVORS["u-net"]), UNet(**FLAVORS["tiny"])
     with pytest.raises(ValueError, match=r"unpadded U-Net of depth 4 cannot take an input height of 570 .* "
                                          r"nearest valid sides are 556 and 572$"):
-        paper(torch.empty(1, 1, 570, 572, device="meta"))
+        paper.forward_tile(torch.empty(1, 1, 570, 572, device="meta"))
     with pytest.raises(ValueError, match=r"input width of 100 .* nearest valid sides are 188 \(none is smaller\)"):
-        paper(torch.empty(1, 1, 572, 100, device="meta"))
+        paper.forward_tile(torch.empty(1, 1, 572, 100, device="meta"))
     with pytest.raises(ValueError, match=r"padded U-Net of depth 2 cannot take an input width of 30 \(it needs a "
                                          r"multiple of 2\^2\); the nearest valid sides are 28 and 32"):
-        tiny(torch.empty(1, 1, 28, 30, device="meta"))
+        tiny.forward_tile(torch.empty(1, 1, 28, 30, device="meta"))
     with pytest.raises(ValueError, match="padding is 0 .* or 1, got 2"):
         UNet(padding=2)
 
@@ -129,9 +129,54 @@ def test_tiny_and_padded_keep_the_input_size():
     torch.manual_seed(0)
     tiny = UNet(**FLAVORS["tiny"])
     for H, W in ((28, 28), (44, 128)):  # canvases of 28 to 128 pixels, multiples of 4
-        out = tiny(torch.randn(2, 1, H, W))
+        out = tiny.forward_tile(torch.randn(2, 1, H, W))
         assert out.shape == (2, 11, H, W) and torch.isfinite(out).all()
     assert tiny.margin == 0 and UNet(width=2, padding=1).output_side(64) == 64
+
+
+def perturbed(**kwargs) -> UNet:
+    """A small net in eval mode with every weight and bias moved off its initialisation (zero biases would
+    leave the padding zero by themselves)."""
+    torch.manual_seed(0)
+    model = UNet(in_chans=2, num_classes=3, width=4, **kwargs).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def test_forward_scores_every_pixel_of_an_image_of_any_size():
+    """forward: the padded net on the image zero-padded to whole cells of its pooling grid (42 x 57 -> 48 x 64
+    at depth 3), the unpadded one on the image mirrored at its borders, which is the overlap-tile
+    strategy's result in one tile (Figure 2); both at the image's size."""
+    x = torch.randn(2, 2, 42, 57)
+    padded, unpadded = perturbed(depth=3, padding=1), perturbed(depth=2, padding=0)
+    with torch.no_grad():
+        out = padded(x)
+        assert out.shape == (2, 3, 42, 57)
+        assert torch.equal(out, padded.forward_tile(F.pad(x, (0, 7, 0, 6)))[..., :42, :57])
+        out = unpadded(x)
+    assert out.shape == (2, 3, 42, 57) and out.std() > 0.01
+    assert (out - overlap_tile(unpadded, x, tile=12)).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("padding", [1, 0])
+def test_a_padded_batch_gives_each_image_its_scores_alone(padding):
+    """Images of different sizes, odd ones too, zero-padded into one batch with their mask: each gets the
+    scores it has alone, unpadded and without a mask (the padded net sets its maps back to zero beyond each
+    image's cells of the pooling grid; the unpadded one mirrors each image at its own borders)."""
+    model = perturbed(depth=2, padding=padding)
+    torch.manual_seed(1)
+    images = [torch.randn(2, h, w) for h, w in ((13, 30), (30, 7), (22, 22), (1, 5))]
+    batch, mask = torch.zeros(4, 2, 32, 32), torch.zeros(4, 32, 32, dtype=torch.bool)
+    for i, image in enumerate(images):
+        batch[i, :, :image.shape[1], :image.shape[2]], mask[i, :image.shape[1], :image.shape[2]] = image, True
+    with torch.no_grad():
+        together = model(batch, mask)
+        for i, image in enumerate(images):
+            alone = model(image[None])[0]  # within float rounding of scores up to about 3
+            assert (together[i, :, :image.shape[1], :image.shape[2]] - alone).abs().max() < 1e-5 * alone.abs().max(), i
+        assert (together - model(batch)).abs().max() > 0.01, "the mask changes what a smaller image gets"
 
 
 def test_initialisation_is_section_3():
@@ -172,7 +217,7 @@ def test_overlap_tile_is_the_net_on_the_whole_mirrored_image(depth, tile, size, 
     assert m == {3: 44, 2: 20}[depth]
     whole = mirror(x, m, m + cH - H, m, m + cW - W)  # (2, 1, cH + 2m, cW + 2m)
     with torch.no_grad():
-        expected = model(whole)
+        expected = model.forward_tile(whole)
     assert expected.shape == (2, 3, cH, cW)
     tiled = overlap_tile(model, x, tile)
     assert tiled.shape == (2, 3, H, W)

@@ -12,6 +12,14 @@ seamlessly tile by tile, the missing context at its borders mirrored (Figure 2, 
 Trained with a pixel-wise weighted cross-entropy whose weights separate touching cells (equation 2,
 `weights.py`) and with elastic deformations (`augment.py`). `padding=1` is ours, not the paper's: the
 same net with padded convolutions, whose map has the input's size.
+
+`forward_tile` is the net of Figure 1 on one input tile (572 -> 388); `forward` gives the scores of every
+pixel of an image of any size, as the trainer reads them: the unpadded net on the image mirrored at its
+borders (Figure 2's extrapolation, one tile), the padded one on the image zero-padded to whole cells of
+its pooling grid. Padded batches (images of different sizes zero-padded at the bottom and right, with a
+mask (B, H, W) of each one's pixels): each image gets the scores it has alone, mirrored at its own
+borders, or with the feature maps set back to zero beyond its own extent after every layer that would
+leave something there, where the next convolution reads the zeros it reads alone.
 """
 
 import itertools
@@ -19,6 +27,9 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+
+from common.layers import downsample_mask, masked
 
 
 class DoubleConv(nn.Sequential):
@@ -38,6 +49,23 @@ class DoubleConv(nn.Sequential):
             nn.Conv2d(out_chans, out_chans, kernel_size=3, padding=padding),  # (B, C_out, H - 4, W - 4) unpadded
             nn.ReLU(inplace=True),
         )
+
+    def forward(self, x: torch.Tensor, extent: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, C_in, H, W) -> (B, C_out, H', W'); extent (B, H, W): each image's cells in a padded batch,
+        beyond which both ReLUs' outputs are set back to zero (None: as they are)."""
+        conv1, relu1, conv2, relu2 = self
+        x = masked(relu1(conv1(x)), extent)  # (B, C_out, H - 2, W - 2) unpadded
+        return masked(relu2(conv2(x)), extent)  # (B, C_out, H - 4, W - 4) unpadded
+
+
+def reflect(n: torch.Tensor | int, before: int, length: int) -> torch.Tensor:
+    """The indices (B, length) of a side of n pixels (n: (B, 1), or one int) extended by mirroring,
+    `before` pixels ahead of it and out to `length` in all: ... 2 1 | 0 1 ... n-1 | n-2 n-3 ...
+    (reflection about the border pixels; beyond the image the mirror images repeat, numpy's "reflect")."""
+    n = torch.as_tensor(n).reshape(-1, 1)  # (B, 1)
+    period = (2 * (n - 1)).clamp(min=1)  # there and back; a side of one pixel repeats it
+    k = (torch.arange(length, device=n.device) - before).remainder(period)  # (B, length)
+    return torch.where(k < n, k, period - k)
 
 
 def center_crop(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -147,26 +175,60 @@ class UNet(nn.Module):
                                  f"cannot take an input {name} of {side} (it needs {rule}); the nearest valid "
                                  f"sides are {nearest}")
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Segment images (B, C, H, W) into class scores (B, K, H', W'): H' = H - 2 * margin unpadded
-        (572 -> 388), H' = H padded."""
-        self.check_size(images.shape[-2], images.shape[-1])
-        x, skips = images, []
-        for level in self.contracting:
-            x = level(x)  # (B, 64, 568, 568) at the first level of Figure 1
+    def forward_tile(self, tile: torch.Tensor, extents: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The net of Figure 1 on input tiles (B, C, H, W): class scores (B, K, H', W'), H' = H - 2 * margin
+        unpadded (572 -> 388), H' = H padded. extents (padded, in a padded batch): each image's cells at every
+        level, (B, H / 2^l, W / 2^l) for l = 0 ... depth (`extents`)."""
+        self.check_size(tile.shape[-2], tile.shape[-1])
+        extents = extents or [None] * (self.depth + 1)
+        x, skips = tile, []
+        for level, extent in zip(self.contracting, extents):
+            x = level(x, extent)  # (B, 64, 568, 568) at the first level of Figure 1
             skips.append(x)
-            x = self.pool(x)  # (B, 64, 284, 284)
-        x = self.dropout(self.bottom(x))  # (B, 1024, 28, 28)
-        for up, level, skip in zip(self.up, self.expansive, reversed(skips)):
-            x = up(x)  # (B, 512, 56, 56): twice the side, half the channels
+            x = self.pool(x)  # (B, 64, 284, 284): zeros beyond an image pool to zeros
+        x = self.dropout(self.bottom(x, extents[-1]))  # (B, 1024, 28, 28)
+        for up, level, skip, extent in zip(self.up, self.expansive, reversed(skips), reversed(extents[:-1])):
+            x = masked(up(x), extent)  # (B, 512, 56, 56): twice the side, half the channels
             x = torch.cat([center_crop(skip, x.shape[-2:]), x], dim=1)  # (B, 1024, 56, 56), the skip cropped from 64
-            x = level(x)  # (B, 512, 52, 52)
+            x = level(x, extent)  # (B, 512, 52, 52)
         return self.head(x)  # (B, K, 388, 388)
 
+    def forward(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Class scores (B, K, H, W) for every pixel of images (B, C, H, W) of any size. mask (B, H, W): each
+        image's valid pixels, a top-left rectangle, in a padded batch (None: all valid)."""
+        H, W = images.shape[-2:]
+        if not self.padding:
+            return self.forward_tile(self.mirrored(images, mask))[..., :H, :W]  # (B, K, H, W)
+        grid = 2 ** self.depth
+        x = F.pad(images, (0, -W % grid, 0, -H % grid))  # (B, C, H0, W0): zeros out to whole cells of the grid
+        return self.forward_tile(x, None if mask is None else self.extents(mask))[..., :H, :W]  # (B, K, H, W)
 
-# tiny: ours, for canvases of about 28 to 128 pixels: padded, 32 to 128 channels over 2 poolings (sides
-# divisible by 4), background and 10 classes. The paper's net (Figure 1: one grey channel, two classes,
-# unpadded) and the same net padded.
+    def extents(self, mask: torch.Tensor) -> list[torch.Tensor]:
+        """The padded net in a padded batch: each image's pixels (mask (B, H, W)) rounded up to whole cells of
+        the 2^depth pooling grid, as far as it alone is zero-padded, at every level: (B, H0 / 2^l, W0 / 2^l)
+        for l = 0 ... depth, H0 and W0 the sides rounded up to multiples of 2^depth."""
+        grid = 2 ** self.depth
+        cells = F.max_pool2d(mask[:, None].float(), grid, ceil_mode=True)[:, 0] > 0  # (B, H0 / grid, W0 / grid)
+        extent = cells.repeat_interleave(grid, dim=1).repeat_interleave(grid, dim=2)  # (B, H0, W0)
+        return [downsample_mask(extent, 2 ** level) for level in range(self.depth + 1)]
+
+    def mirrored(self, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The unpadded net's input for images (B, C, H, W) of any size: each image extended by mirroring
+        about its own border pixels (mask (B, H, W): its extent in a padded batch), by the margin at the top
+        and left and out to the nearest sides the net takes whose output covers H x W: (B, C, S_H, S_W)."""
+        H, W = images.shape[-2:]
+        S_H, S_W = (next(s for s in itertools.count(n + 2 * self.margin) if self.output_side(s)) for n in (H, W))
+        sizes = (torch.tensor([[H, W]], device=images.device) if mask is None else
+                 torch.stack([mask[:, :, 0].sum(1), mask[:, 0, :].sum(1)], dim=1))  # (B or 1, 2): each one's (h, w)
+        rows = reflect(sizes[:, :1], self.margin, S_H)  # (B, S_H)
+        cols = reflect(sizes[:, 1:], self.margin, S_W)  # (B, S_W)
+        batch = torch.arange(images.shape[0], device=images.device)[:, None, None]  # (B, 1, 1)
+        return images[batch, :, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)  # (B, C, S_H, S_W)
+
+
+# tiny: ours, for canvases of about 28 to 128 pixels: padded, 32 to 128 channels over 2 poolings (a canvas
+# zero-padded to sides divisible by 4), background and 10 classes. The paper's net (Figure 1: one grey
+# channel, two classes, unpadded) and the same net padded.
 FLAVORS = {
     "tiny": dict(width=32, depth=2, padding=1, in_chans=1, num_classes=11),
     "u-net": dict(width=64, depth=4, padding=0, in_chans=1, num_classes=2),

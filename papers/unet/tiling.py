@@ -5,30 +5,25 @@ region of the image, the missing context is extrapolated by mirroring the input 
 
 The output tiles tile the image. Each tile is placed at an offset that is a multiple of 2^depth,
 so that its max poolings see the same 2x2 grid as a pass of the whole mirrored image would: the
-tiles join seamlessly, and the result is that of the net on the whole mirrored image. An output
+tiles join seamlessly, and the result is that of the net on the whole mirrored image, `UNet.forward`'s
+in one tile (the GPU's memory limits the tile; tiling bounds it). An output
 tile's side is 4 more than a multiple of 16 in the paper's net (388), so its tiles overlap by
 4 pixels (offsets 0, 384, 768, ...), where they predict the same scores.
 """
 
 import math
 
-import numpy as np
 import torch
 
-from papers.unet.model import UNet
-
-
-def mirror_index(n: int, before: int, after: int) -> torch.Tensor:
-    """The indices of a side of n pixels padded by mirroring (reflection about the border pixels),
-    `before` and `after` it: ... 2 1 | 0 1 ... n-1 | n-2 n-3 ...; beyond the image the mirror images
-    repeat (numpy's "reflect" padding, which takes any width)."""
-    return torch.from_numpy(np.pad(np.arange(n), (before, after), mode="reflect"))
+from papers.unet.model import UNet, reflect
 
 
 def mirror(images: torch.Tensor, top: int, bottom: int, left: int, right: int) -> torch.Tensor:
-    """Images (B, C, H, W) extended by mirroring at their borders: (B, C, top + H + bottom, left + W + right)."""
-    rows = mirror_index(images.shape[-2], top, bottom).to(images.device)
-    cols = mirror_index(images.shape[-1], left, right).to(images.device)
+    """Images (B, C, H, W) extended by mirroring at their borders (`model.reflect`, at any width):
+    (B, C, top + H + bottom, left + W + right)."""
+    H, W = images.shape[-2:]
+    rows = reflect(H, top, top + H + bottom)[0].to(images.device)
+    cols = reflect(W, left, left + W + right)[0].to(images.device)
     return images[..., rows, :][..., cols]
 
 
@@ -51,8 +46,8 @@ def overlap_tile(model: UNet, images: torch.Tensor, tile: int) -> torch.Tensor:
             input tile has tile + 2 * margin pixels a side (572).
     """
     if model.padding:
-        raise ValueError("overlap-tile is for the unpadded U-Net; a padded one segments a whole image "
-                         f"whose sides are multiples of 2^{model.depth}")
+        raise ValueError("overlap-tile is for the unpadded U-Net; a padded one segments a whole image of any "
+                         "size, model(images)")
     margin, grid = model.margin, 2 ** model.depth
     if model.output_side(tile + 2 * margin) != tile or tile < grid:
         below, above = model.nearest_sides(tile + 2 * margin)
@@ -67,7 +62,8 @@ def overlap_tile(model: UNet, images: torch.Tensor, tile: int) -> torch.Tensor:
     out = None
     for top in rows:
         for left in cols:
-            scores = model(padded[..., top:top + tile + 2 * margin, left:left + tile + 2 * margin])  # (B, K, tile, tile)
+            window = padded[..., top:top + tile + 2 * margin, left:left + tile + 2 * margin]  # (B, C, 572, 572)
+            scores = model.forward_tile(window)  # (B, K, tile, tile)
             if out is None:
                 out = scores.new_empty(B, scores.shape[1], covered_H, covered_W)
             out[..., top:top + tile, left:left + tile] = scores
