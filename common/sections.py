@@ -22,6 +22,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 RECIPES = ("repo", "paper")
+PIXEL_WEIGHTS = ("paper", "none")  # segmentation: the paper's own weight of each pixel in the loss, or none
 
 
 def opt(default=dataclasses.MISSING, help=None, *, parse=None, choices=None, metavar=None, resumable=False,
@@ -127,6 +128,9 @@ class Training:
                          choices=PRECISIONS)
     label_smoothing: float = opt(0.0, "tasks with classes: the smoothing of the training loss (default 0)",
                                  parse=non_negative_float)
+    pixel_weights: str = opt("paper", "segmentation: each labelled pixel's weight in the training loss: paper "
+                             "(default), the paper's own where it has one (U-Net's weight map of equation 2), else "
+                             "1; none: 1 for every pixel", choices=PIXEL_WEIGHTS)
     teacher: str | None = opt(None, "knowledge distillation (DeiT): a finished run on the same data set, of any "
                               "paper, whose model (in eval mode, without gradients) labels each training batch for "
                               "--distillation; only a student with a distillation head takes one (deit)",

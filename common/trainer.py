@@ -248,7 +248,7 @@ class Trainer:
         self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
         if cfg.train_fraction < 1:
             self.train_set = Share(self.train_set, cfg.train_fraction)
-        if self.spec.pixel_weights is not None:  # a segmentation paper's weight of each pixel in its loss
+        if self.spec.pixel_weights is not None and cfg.pixel_weights == "paper":  # the paper's weight of each pixel
             self.train_set = PixelWeights(self.train_set, self.spec.pixel_weights)
         if cfg.eval_samples is not None and cfg.eval_samples < len(self.test_set):
             if self.env.is_main:

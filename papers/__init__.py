@@ -178,9 +178,9 @@ class PaperSpec:
 # Every paper's folder, one line each, in the order `train.py --list` shows them.
 # The CNN lineage first, in the order a study group reads it (ConvNeXt, ResNet modernised with MobileNetV2's
 # inverted bottleneck and the Transformer's design, last), detection on a CNN (Faster R-CNN, then DETR's
-# Transformer on a ResNet) and segmentation (FCN); then attention for images (ViT, then Swin's shifted windows) and
-# recurrence for sequences, and translation from recurrence to attention (GRU, Seq2Seq, Bahdanau et al.,
-# the Transformer), then GPT and BERT.
+# Transformer on a ResNet) and segmentation (FCN, then U-Net's symmetric expansive path); then attention for
+# images (ViT, then Swin's shifted windows) and recurrence for sequences, and translation from recurrence to
+# attention (GRU, Seq2Seq, Bahdanau et al., the Transformer), then GPT and BERT.
 PAPER_FOLDERS = (
     "lenet",
     "alexnet",
@@ -194,6 +194,7 @@ PAPER_FOLDERS = (
     "faster_rcnn",
     "detr",
     "fcn",
+    "unet",
     "vit",
     "deit",
     "swin",

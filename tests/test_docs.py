@@ -517,6 +517,17 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "its Hungarian matcher checked against brute force. Translation follows": "its Hungarian matcher checked against "
         "brute force. Segmentation follows\n([Segmentation]): FCN against torchvision's `fcn_resnet50`, the\nreleased "
         "Caffe nets' crops and its Table 1's parameter count. Translation follows",
+    # U-Net added: its row of the papers' table, where it is checked, and --pixel-weights (its weight map on or off)
+    "Fully Convolutional Networks for Semantic Segmentation |\n": "Fully Convolutional Networks for Semantic "
+        "Segmentation |\n| [unet] | cnn | 2015 | tiny, u-net, u-net-padded | U-Net: Convolutional Networks for "
+        "Biomedical Image Segmentation |\n",
+    "and its Table 1's parameter count. Translation follows": "and its Table 1's parameter count, and U-Net against "
+        "its\nFigure 1's shapes and parameter count. Translation follows",
+    "| `--label-smoothing`, `--clip-grad` | cross-entropy smoothing; max gradient norm (0: off) |\n":
+        "| `--label-smoothing`, `--clip-grad` | cross-entropy smoothing; max gradient norm (0: off) |\n"
+        "| `--pixel-weights {paper,none}` | segmentation: each labelled pixel's weight in the training loss, the "
+        "paper's own where its spec has one (`paper`, the default: U-Net's weight map of equation 2), or 1 for every "
+        "pixel (`none`); see [Segmentation] |\n",
 }
 
 

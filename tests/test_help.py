@@ -64,6 +64,7 @@ FLAGS = """--ac --augment --batch-size --beam --block-size --bucketing --ckpt-ev
 --weight-decay""".split() + "--teacher --distillation --distillation-tau --distillation-lambda".split()  # DeiT's
 FLAGS += ["--init-tensors"]  # VGG's deeper nets from net A's layers
 FLAGS += ["--lora", "--lora-alpha", "--lora-targets"]  # LoRA's low-rank update (common.lora)
+FLAGS += ["--pixel-weights"]  # a segmentation paper's own weight of each pixel in the loss, or none (U-Net's)
 COMMANDS = {"--list", "--rerun", "--resume"}  # what to do, not config fields
 
 

@@ -11,10 +11,14 @@ import torch.nn.functional as F
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from common.data import get_dataset
+from common.tasks import Segmentation
 from papers.unet.augment import ElasticDeformation
 from papers.unet.model import FLAVORS, UNet
 from papers.unet.tiling import mirror, overlap_tile
-from papers.unet.weights import weight_map
+from papers.unet.weights import target_weights, weight_map
+from tests.conftest import need_files
+from train import main
 
 
 def count(model: nn.Module) -> int:
@@ -279,6 +283,49 @@ def test_class_weights_balance_the_classes_and_skip_the_void():
     assert torch.allclose(alone, weight_map(instances, classes, w0=0.0, ignore_index=255))
     with pytest.raises(ValueError, match=r"two \(H, W\) maps of one size"):
         weight_map(instances, classes[:10])
+
+
+def test_weights_of_a_mask_without_instances_take_its_connected_regions_as_cells():
+    """A target of labels alone (segfolder's masks): each connected region of a class other than the
+    background and the void is a cell, as the instances would give them."""
+    instances, classes = two_rectangles()
+    classes[0] = 255
+    expected = weight_map(instances, classes, ignore_index=255)
+    assert torch.equal(target_weights({"labels": classes}), expected)
+    assert torch.equal(target_weights({"labels": classes, "instances": instances}), expected)
+
+
+def training_targets(tmp_path, monkeypatch, *flags: str) -> list[dict]:
+    """The targets of one training step of unet on fashion-canvas (one process, a batch of 4), as its loss
+    reads them."""
+    need_files("/usr/share/datasets/fashion-mnist", "apt-get install -y dataset-fashion-mnist")
+    seen = []
+    loss = Segmentation.loss
+    monkeypatch.setattr(Segmentation, "loss", lambda self, outputs, targets: seen.append(targets) or
+                        loss(self, outputs, targets))
+    assert main(["--paper", "unet", "--max-steps", "1", "--batch-size", "4", "--train-fraction", "0.002",
+                 "--eval-samples", "4", "--wandb", "disabled", "--out", str(tmp_path / "run"),
+                 "--results-dir", str(tmp_path / "results"), *flags]) == 0
+    return [t for t in seen if t["labels"].device.type != "meta"][:1]  # the training step's (not the FLOP count's
+    # on the meta device, nor the evaluation's, which follow)
+
+
+def test_training_targets_hold_the_weight_map_unless_switched_off(tmp_path, monkeypatch):
+    """The trainer adds equation 2's weight map of every training canvas to its targets (PaperSpec.pixel_weights),
+    from its items and classes, 0 on the padding; `--pixel-weights none` leaves the weights out."""
+    [targets] = training_targets(tmp_path / "on", monkeypatch)
+    train, _ = get_dataset("fashion-canvas").load()
+    assert targets["weights"].shape == targets["labels"].shape and targets["weights"].dtype == torch.float32
+    for weights, labels, instances in zip(targets["weights"], targets["labels"], targets["instances"]):
+        [(h, w, canvas)] = [(h, w, train[i][1]) for i, (h, w) in enumerate(train.sizes)  # the canvas it is
+                            if torch.equal(labels[:h, :w], train.maps[i]["labels"].long())
+                            and torch.equal(instances[:h, :w], train.maps[i]["instances"].long())
+                            and not labels[h:].ne(255).any() and not labels[:, w:].ne(255).any()]
+        assert torch.equal(weights[:h, :w], target_weights(canvas))
+        assert not weights[h:].any() and not weights[:, w:].any()
+        assert weights.max() > 1.5, "a border term or a rare class weighs more than the mean"
+    [targets] = training_targets(tmp_path / "off", monkeypatch, "--pixel-weights", "none")
+    assert "weights" not in targets and set(targets) == {"labels", "instances"}
 
 
 def labelled_canvas() -> torch.Tensor:

@@ -63,3 +63,19 @@ def weight_map(instances, classes, w0: float = 10.0, sigma: float = 5.0, ignore_
         d1, d2 = distances
         w += w0 * np.exp(-(d1 + d2) ** 2 / (2 * sigma ** 2)) * ((instances == 0) & valid)
     return torch.from_numpy(w.astype(np.float32))
+
+
+def target_weights(target: dict, w0: float = 10.0, sigma: float = 5.0, void: int = 255) -> torch.Tensor:
+    """The weight map (H, W) of one training sample's target maps (PaperSpec.pixel_weights): its classes
+    "labels", the `void` band weighing 0; its cells "instances" where the data set gives them
+    (fashion-canvas), else the connected regions of pixels of one class other than the background (0)
+    and the void (segfolder's masks), cells of one class that touch then one region."""
+    labels = np.asarray(target["labels"])
+    if "instances" in target:
+        instances = np.asarray(target["instances"])
+    else:
+        instances = np.zeros(labels.shape, dtype=np.int64)
+        for c in np.unique(labels[(labels != 0) & (labels != void)]):
+            regions, n = ndimage.label(labels == c)
+            instances[regions > 0] = regions[regions > 0] + instances.max()
+    return weight_map(instances, labels, w0, sigma, ignore_index=void)
