@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of
 # a value every train.py flag takes, as a sweep would give it (YAML's types)
 FLAG_VALUES = {
     "list": False, "paper": "vit", "flavor": "tiny", "init": "timm:vit_tiny_patch16_224", "init-tensors": "fc.+",
-    "model-kwargs": "depth=1 mlp_dim=64", "lora": 4, "lora-alpha": 16.0, "lora-targets": "qkv,o", "dataset": "digits", "data-dir": "data", "download": True, "hf-split": "train,test", "hf-columns": "text=text",
+    "model-kwargs": "depth=1 mlp_dim=64", "lora": 4, "lora-alpha": 16.0, "lora-targets": "qkv,o", "dataset": "digits", "data-dir": "data", "download": True, "hf-split": "train,test",
+    "hf-columns": "text=text", "pixel-weights": "none",
     "train-fraction": 0.5, "image-size": 32, "pad-multiple": 8, "bucketing": "size", "epochs": 3, "eval-samples": 64,
     "max-steps": 10, "batch-size": "auto", "recipe": "paper", "optimizer": "sgd", "lr": 1e-3,
     "momentum": 0.9, "nesterov": True, "weight-decay": 0.0, "warmup-steps": 0, "lr-scaling": "sqrt",
