@@ -136,6 +136,18 @@ def torchrun(args: list[str], cwd: Path, nproc: int = 2, timeout: int = 300) -> 
     return proc
 
 
+def torchrun_many(runs: list[list[str]], cwd: Path, nproc: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`torchrun --nproc_per_node N train.py ARGS` for each ARGS of `runs`, in one launch (tests/launch_many.py):
+    a fixture's runs on as many processes pay the processes' start once."""
+    listing = Path(cwd) / f"launch-{free_port()}.json"
+    listing.write_text(json.dumps([[str(a) for a in args] for args in runs]))
+    cmd = [*torchrun_command(nproc), str(ROOT / "tests" / "launch_many.py"), str(listing)]
+    proc = subprocess.run(cmd, cwd=cwd, env=launch_env(), capture_output=True, text=True, timeout=timeout)
+    listing.unlink()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def read_wandb_records(path: Path, timeout: float = 60.0) -> list:
     """The records of an offline `run-<id>.wandb` file, once it holds the run's "exit" record: wandb's
     writer (its own service process) may still be flushing the file when run.finish() has returned,

@@ -17,8 +17,8 @@ from common.config import build_parser, resolve, validate
 from common.evaluate import evaluate_run
 from common.export import load_run
 from common.trainer import Trainer
-from tests.conftest import (bitwise_equal, interrupted_copy, load_json, made_once, max_difference, refused, torchrun,
-                            weights)
+from tests.conftest import (bitwise_equal, interrupted_copy, load_json, made_once, max_difference, refused,
+                            torchrun_many, weights)
 from train import main
 
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
@@ -151,9 +151,8 @@ def two_processes(base, tmp_path_factory) -> dict:
     """The LoRA run under torchrun with 2 processes (gloo), with ddp and with fsdp (FSDP2's fully_shard on each
     block and the root: the frozen W_0 sharded with A and B in one unit, gradients reduced for A and B only)."""
     def make(folder):
-        for strategy in ("ddp", "fsdp"):
-            torchrun(LORA + ["--init", str(base), "--strategy", strategy, "--out", str(folder / strategy),
-                             "--results-dir", str(folder / "results")], cwd=folder)
+        torchrun_many([LORA + ["--init", str(base), "--strategy", strategy, "--out", str(folder / strategy),
+                               "--results-dir", str(folder / "results")] for strategy in ("ddp", "fsdp")], cwd=folder)
 
     folder = made_once(tmp_path_factory, "lora-two-processes", make)
     return {strategy: folder / strategy for strategy in ("ddp", "fsdp")}

@@ -4,7 +4,7 @@ of 4 gloo processes (FSDP x TP, HSDP) trains the weights one process trains."""
 import pytest
 
 from common.mesh import Layout, resolve
-from tests.conftest import interrupted_copy, load_json, made_once, max_difference, torchrun, weights
+from tests.conftest import interrupted_copy, load_json, made_once, max_difference, torchrun_many, weights
 from train import main
 
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
@@ -46,8 +46,7 @@ def single(tmp_path_factory):
 @pytest.fixture(scope="module")
 def four(tmp_path_factory) -> dict:
     def make(out):
-        for name, flags in LAYOUTS.items():
-            torchrun(FLAGS + flags + ["--out", str(out / name)], cwd=out, nproc=4)
+        torchrun_many([FLAGS + flags + ["--out", str(out / name)] for name, flags in LAYOUTS.items()], cwd=out, nproc=4)
 
     out = made_once(tmp_path_factory, "mesh-four", make)
     return {name: out / name for name in LAYOUTS}
@@ -69,12 +68,12 @@ def test_checkpoints_move_between_layouts(single, four, tmp_path):
     uninterrupted run. (The second chain began with a fresh --tp 2 run on 2 processes until commit 9e621dd;
     it starts from the fsdp x tp run now, which shards by tp and fsdp at once, for the suite's time.)"""
     ddp = interrupted_copy(four["hsdp"], 2, tmp_path / "ddp")
-    torchrun(["--resume", str(ddp), "--dp-replicate", "2", "--dp-shard", "1"], cwd=tmp_path)
+    fsdp = interrupted_copy(four["fsdp+tp"], 1, tmp_path / "fsdp")
+    torchrun_many([["--resume", str(ddp), "--dp-replicate", "2", "--dp-shard", "1"],
+                   ["--resume", str(fsdp), "--tp", "1", "--strategy", "fsdp"]], cwd=tmp_path)
     assert load_json(ddp / "result.json")["strategy"] == "ddp"
     assert max_difference(weights(ddp), weights(single)) < 1e-5
 
-    fsdp = interrupted_copy(four["fsdp+tp"], 1, tmp_path / "fsdp")
-    torchrun(["--resume", str(fsdp), "--tp", "1", "--strategy", "fsdp"], cwd=tmp_path)
     assert load_json(fsdp / "result.json")["strategy"] == "fsdp"
     assert load_json(fsdp / "result.json")["world_size"] == 2
     one = interrupted_copy(fsdp, 3, tmp_path / "one")

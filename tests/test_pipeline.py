@@ -9,7 +9,7 @@ import torch
 
 from common.pipeline import split, stage_bounds
 from papers import get_paper, list_papers
-from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun, weights
+from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun_many, weights
 from train import main
 
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
@@ -73,13 +73,18 @@ def test_stage_bounds():
 
 @pytest.fixture(scope="module")
 def gpt_runs(tmp_path_factory) -> dict:
+    """GPT's runs of GPT_RUNS and the one process run they equal; and ResNet's (below), in the same launches."""
     def make(out):
         assert main([*GPT, *FLAGS, "--grad-accum", "4", "--out", str(out / "single")]) == 0
-        for name, (nproc, flags) in GPT_RUNS.items():
-            torchrun([*GPT, *FLAGS, *flags, "--out", str(out / name)], cwd=out, nproc=nproc)
+        assert main(["--paper", "resnet", *FLAGS, "--grad-accum", "2", "--out", str(out / "resnet-single")]) == 0
+        resnet = [["--paper", "resnet", *FLAGS, "--pp", "2", "--out", str(out / "resnet-pp")]]
+        for nproc in sorted({nproc for nproc, _ in GPT_RUNS.values()}):  # one launch a number of processes
+            torchrun_many([[*GPT, *FLAGS, *flags, "--out", str(out / name)]
+                           for name, (n, flags) in GPT_RUNS.items() if n == nproc] + (resnet if nproc == 2 else []),
+                          cwd=out, nproc=nproc)
 
     out = made_once(tmp_path_factory, "pp", make)
-    return {name: out / name for name in ["single", *GPT_RUNS]}
+    return {name: out / name for name in ["single", *GPT_RUNS, "resnet-single", "resnet-pp"]}
 
 
 @pytest.mark.parametrize("name", list(GPT_RUNS))
@@ -113,20 +118,18 @@ def test_a_pp_checkpoint_resumes_in_one_process(gpt_runs, tmp_path):
     assert max_difference(weights(run), weights(gpt_runs["single"])) < 1e-5
 
 
-@pytest.mark.parametrize("paper", ["resnet"])
-def test_pp_trains_the_single_process_weights(paper, tmp_path):
+def test_resnets_pp_trains_the_single_process_weights(gpt_runs):
     """Batch norm (ResNet) normalises each microbatch, as each micro-step of the accumulating run. (VGG's
     chain is checked in one process above, and was checked by hand under torchrun: within 2.4e-8; ViT's
     too, and under torchrun here until 48625ed, for the suite's time: its blocks are GPT's pre-norm ones.)"""
-    assert main(["--paper", paper, *FLAGS, "--grad-accum", "2", "--out", str(tmp_path / "single")]) == 0
-    torchrun(["--paper", paper, *FLAGS, "--pp", "2", "--out", str(tmp_path / "pp")], cwd=tmp_path)
+    single, pp = gpt_runs["resnet-single"], gpt_runs["resnet-pp"]
     # AdamW divides each gradient entry by its own running size, so the float rounding of a sum taken in
     # another order (microbatch by microbatch on two stages) moves a near-zero entry visibly: 2.4e-5 at the
     # most here (stages.2.0.conv2, |w| up to 0.18, an AMD EPYC; 1e-5 held on the machine before), against
     # steps of up to 6e-4 (lr 3e-3 in its 20-step warm-up) that a wrong normalisation or gradient scale would change
-    assert max_difference(weights(tmp_path / "pp"), weights(tmp_path / "single")) < 1e-4
-    one, pp = (load_json(tmp_path / run / "result.json") for run in ("single", "pp"))
-    assert pp["final_metrics"] == pytest.approx(one["final_metrics"], rel=1e-6, abs=1e-6)
+    assert max_difference(weights(pp), weights(single)) < 1e-4
+    one, two = (load_json(run / "result.json") for run in (single, pp))
+    assert two["final_metrics"] == pytest.approx(one["final_metrics"], rel=1e-6, abs=1e-6)
 
 
 def test_pp_refusals(capsys):

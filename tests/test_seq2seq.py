@@ -130,7 +130,7 @@ def test_the_seq2seq_task_scores_bleu_as_sacrebleu_and_exact_match_and_perplexit
 from common.config import ConfigError, resolve, validate  # noqa: E402
 from common.translate import main as translate_main  # noqa: E402
 from tests.conftest import (bitwise_equal, interrupted_copy, load_json, made_once, max_difference,  # noqa: E402
-                            torchrun, weights)
+                            torchrun_many, weights)
 from train import main  # noqa: E402
 
 # a fixed 64 of the test split (--eval-samples): decoding all of it took most of a run's time
@@ -142,12 +142,14 @@ def runs(tmp_path_factory):
     """A few steps of the Transformer (tied embeddings) and of RNNsearch (recurrent, attention): in one
     process, and under torchrun with 2 processes (fsdp), each ending with an evaluation that decodes."""
     def make(out):
+        launches = []  # the two-process runs, in one launch (tests/launch_many.py)
         for paper in ("transformer", "bahdanau"):  # the Transformer without dropout, whose masks differ by rank
             flavor = ["--flavor", "tiny-no-dropout"] if paper == "transformer" else []
             flags = ["--paper", paper, *flavor, *FEW_STEPS, "--results-dir", str(out / "results")]
             assert main(flags + ["--out", str(out / f"{paper}-single")]) == 0
             for strategy in ("fsdp",):  # ddp of the Transformer too until commit 5963eb2 (for the suite's time)
-                torchrun(flags + ["--strategy", strategy, "--out", str(out / f"{paper}-{strategy}")], cwd=out)
+                launches.append(flags + ["--strategy", strategy, "--out", str(out / f"{paper}-{strategy}")])
+        torchrun_many(launches, cwd=out)
 
     return made_once(tmp_path_factory, "seq2seq", make)
 

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from common.parallel import resolve_strategy
-from tests.conftest import ROOT, free_port, launch_env, load_json, made_once, max_difference, torchrun, weights
+from tests.conftest import ROOT, free_port, launch_env, load_json, made_once, max_difference, torchrun_many, weights
 from train import main
 
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
@@ -36,10 +36,8 @@ def two_processes(tmp_path_factory) -> dict:
     activation checkpointing (fsdp+ac: it changes no arithmetic; plain fsdp trains in test_checkpoint.py,
     test_language_modeling.py and test_seq2seq.py, and ran here too until commit 5963eb2)."""
     def make(out):
-        for name in ("ddp", "fsdp+ac"):
-            strategy, _, ac = name.partition("+")
-            torchrun(FLAGS + ["--strategy", strategy, "--out", str(out / name)] + (["--ac", "full"] if ac else []),
-                     cwd=out)
+        torchrun_many([FLAGS + ["--strategy", "ddp", "--out", str(out / "ddp")],
+                       FLAGS + ["--strategy", "fsdp", "--out", str(out / "fsdp+ac"), "--ac", "full"]], cwd=out)
 
     out = made_once(tmp_path_factory, "strategies-two", make)
     return {name: out / name for name in ("ddp", "fsdp+ac")}

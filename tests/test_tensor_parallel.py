@@ -5,7 +5,7 @@ is refused in one line where it cannot run."""
 import pytest
 
 from papers import get_paper, list_papers
-from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun, weights
+from tests.conftest import interrupted_copy, load_json, made_once, max_difference, refusal, torchrun_many, weights
 from train import main
 
 pytestmark = pytest.mark.slow  # processes launched or runs trained: left out of `-m "not slow"`
@@ -35,13 +35,15 @@ def test_the_papers_with_a_plan():
 def runs(tmp_path_factory) -> dict:
     """Each paper trained 4 steps in one process and with --tp 2 on 2 processes."""
     def make(out):
+        launches = []  # the two-process runs, in one launch (tests/launch_many.py)
         for paper in PAPERS:
             flags = ["--paper", paper, *SIZE.get(paper, []), *FLAGS]
             assert main([*flags, "--out", str(out / f"{paper}-single")]) == 0
-            torchrun([*flags, "--tp", "2", "--out", str(out / f"{paper}-tp")], cwd=out)
+            launches.append([*flags, "--tp", "2", "--out", str(out / f"{paper}-tp")])
         for paper in SEQUENCE_PARALLEL:
-            torchrun(["--paper", paper, *SIZE.get(paper, []), *FLAGS, "--tp", "2", "--sequence-parallel",
-                      "--out", str(out / f"{paper}-sp")], cwd=out)
+            launches.append(["--paper", paper, *SIZE.get(paper, []), *FLAGS, "--tp", "2", "--sequence-parallel",
+                             "--out", str(out / f"{paper}-sp")])
+        torchrun_many(launches, cwd=out)
 
     out = made_once(tmp_path_factory, "tp", make)
     return {paper: (out / f"{paper}-single", out / f"{paper}-tp", out / f"{paper}-sp") for paper in PAPERS}
