@@ -23,13 +23,19 @@ def stand_in_runs(path: Path, results: Path) -> None:
     from common.pretrained import is_run
     from train import main
 
+    made = {}  # paper: its stand-in, which the other runs to start from link to (BERT's 9 pre-trainings)
     for params in sweep.combinations(sweep.load(path)):
         init = params.get("init")
         if isinstance(init, str):
             init = init.replace("{seed}", str(params.get("seed", 0)))  # each seed's own run (train.py's --init)
         if isinstance(init, str) and is_run(init) and not Path(init).exists():
+            if params["paper"] in made:
+                Path(init).parent.mkdir(parents=True, exist_ok=True)
+                Path(init).symlink_to(made[params["paper"]].resolve())
+                continue
             assert main(["--paper", params["paper"], "--max-steps", "1", "--out", init, "--wandb", "disabled",
                          "--results-dir", str(results)]) == 0
+            made[params["paper"]] = Path(init)
         teacher = params.get("teacher")  # DeiT's: a run of the sweep its folder is named after (runs/<sweep>/...)
         if isinstance(teacher, str) and not Path(teacher).exists():
             (made,) = [s for s in map(sweep.load, SWEEPS) if s.name == Path(teacher).parent.name]

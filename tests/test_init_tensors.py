@@ -11,6 +11,7 @@ import torch
 from common.config import TrainConfig, resolve
 from common.pretrained import build_model, load_from_run
 from papers.vgg import PAPER
+from papers.bert.claims import pre_trained
 from papers.vgg.claims import net_a
 from tests.conftest import made_once, refused, weights
 
@@ -98,3 +99,20 @@ def test_net_a_links_each_seeds_finished_run(tmp_path, capsys):
     assert net_a.main(["--runs-dir", str(tmp_path)]) == 0
     assert {s: (folder / f"A-seed-{s}").resolve().name for s in (0, 1, 2)} == {0: "a0", 1: "a1", 2: "a2"}
     assert net_a.main(["--runs-dir", str(tmp_path)]) == 0  # again: the links are replaced
+
+
+def test_berts_pre_trained_runs_are_linked_by_data_set_and_seed(tmp_path, capsys):
+    folder = tmp_path / pre_trained.SWEEP
+    made = {(d, s): f"{d[6:]}{s}" for d in pre_trained.DATASETS for s in (0, 1, 2)}  # pairs0 ... ltr2
+    for (dataset, seed), name in made.items():
+        (folder / name).mkdir(parents=True)
+        (folder / name / "config.json").write_text(json.dumps({"dataset": dataset, "seed": seed}))
+        if name != "ltr2":  # not finished
+            (folder / name / "model.safetensors").write_bytes(b"")
+    assert pre_trained.main(["--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().startswith("pre_trained: no finished run of pydoc-ltr seed 2 in")
+    (folder / "ltr2" / "model.safetensors").write_bytes(b"")
+    for _ in range(2):  # again: the links are replaced, and a link is not taken for a run
+        assert pre_trained.main(["--runs-dir", str(tmp_path)]) == 0
+        assert {key: (folder / f"{key[0]}-seed-{key[1]}").resolve().name for key in made} == made
+
