@@ -87,14 +87,15 @@ def test_generation_with_the_cache_gives_the_tokens_of_generation_without_it_and
 
 
 def test_gpt_under_ddp_and_fsdp_trains_what_one_process_trains_and_resumes_bitwise(tmp_path):
-    from tests.conftest import bitwise_equal, interrupted_copy, load_json, max_difference, torchrun, weights
+    from tests.conftest import bitwise_equal, interrupted_copy, load_json, max_difference, torchrun_many, weights
     from train import main
 
     flags = ["--paper", "gpt", "--max-steps", "6", "--batch-size", "16", "--block-size", "64", "--ckpt-every", "3",
              "--keep-ckpts", "5", "--wandb", "disabled", "--eval-samples", "64", "--results-dir", str(tmp_path / "results")]
     assert main(flags + ["--out", str(tmp_path / "single")]) == 0
+    torchrun_many([flags + ["--strategy", strategy, "--out", str(tmp_path / strategy)] for strategy in ("ddp", "fsdp")],
+                  cwd=tmp_path)
     for strategy in ("ddp", "fsdp"):
-        torchrun(flags + ["--strategy", strategy, "--out", str(tmp_path / strategy)], cwd=tmp_path)
         assert max_difference(weights(tmp_path / strategy), weights(tmp_path / "single")) < 1e-5, strategy
         two, one = (load_json(tmp_path / r / "result.json") for r in (strategy, "single"))
         assert two["final"] == pytest.approx(one["final"], rel=1e-5) and two["metric"] == "bits_per_char"
