@@ -13,6 +13,7 @@ stays a W&B sweep file: wandb's schema takes a string `description` and no key o
     metric: bleu                          # a final metric, another final metric or a curve's last value
     # reach: "train/error<=0.25"          #   or the epochs until a curve reaches a target
     # file: proposals.json                #   or numbers of a re-evaluation file beside it: arms give `path`
+    #                                     #   (not written yet: not run yet)
     # scale: log    best_over: [lr]    paired: true
     arms:                                 # the parameters that pick an arm's runs out of the sweep
       4 heads: {model-kwargs: num_heads=4}
@@ -144,11 +145,13 @@ def load(sweep_file: str | Path) -> Hypothesis:
     if not claims and not spec.get("part_of"):
         raise ConfigError(f"{where}: no claims (a sweep that only serves another's claim says part_of)")
     planned = {}
-    if not spec.get("file"):
-        for arm, params in arms.items():
-            own = sweep if "sweep" not in params else sweep_named(path, params["sweep"])
-            check_arm(where, arm, params, own)
-            planned[arm] = seed_count(own)
+    for arm, params in arms.items():
+        if spec.get("file"):  # a re-evaluation of the sweep's runs: a number per seed of it
+            planned[arm] = seed_count(sweep)
+            continue
+        own = sweep if "sweep" not in params else sweep_named(path, params["sweep"])
+        check_arm(where, arm, params, own)
+        planned[arm] = seed_count(own)
     return Hypothesis(path, name, spec, arms, claims, planned)
 
 
@@ -204,8 +207,8 @@ def arm_values(h: Hypothesis, arm: str, results: list[dict], files: dict) -> dic
     if h.spec.get("file"):
         path = h.path.parent / h.spec["file"]
         data = files.setdefault(path, json.loads(path.read_text()) if path.is_file() else None)
-        if data is None:
-            raise ConfigError(f"{h.path}: {h.spec['file']} is not there to read")
+        if data is None:  # its script has not run: no numbers, the claim not run yet
+            return {}
         found = {"/".join(k): v for k, v in _walk(data, spec["path"].split("/"))}
         if not found:
             raise ConfigError(f"{h.path}: arm '{arm}': {spec['path']} finds no number in {h.spec['file']}")

@@ -86,6 +86,24 @@ def test_a_pair_whose_sweep_has_not_run_all_its_seeds_is_not_run_yet(tmp_path):
     assert "-> not run yet" in claims.report(h, [up, down])
 
 
+def test_a_claim_read_from_a_file_its_script_has_not_written_is_not_run_yet(tmp_path):
+    """A hypothesis on a re-evaluation file (`file:`), committed before the runs: no file yet, every pair
+    'not run yet' (n 0 of the sweep's 3 seeds); with the file, of 3 seeds an arm, the rule's verdict."""
+    made_up(tmp_path, one_pair_claims([("up > base", None, None)]))  # its sweep file; the runs are not read
+    folder = tmp_path / "papers" / "made" / "claims"
+    (folder / "made-up.hypothesis.yaml").write_text(
+        "paper: Made\ntitle: made up\nmetric: accuracy\nfile: made-up.json\narms:\n"
+        "  up: {path: \"value/up/*\"}\n  base: {path: \"value/base/*\"}\nclaims:\n"
+        + one_pair_claims([("up > base", None, None)]))
+    h = claims.load(folder / "made-up.yaml")
+    (j,) = verdicts(tmp_path, h)
+    assert j.verdict == "not run yet" and j.pairs[0].n == (0, 0) and h.planned == {"up": 3, "base": 3}
+    numbers = {arm: dict(zip("012", VALUES[arm])) for arm in ("up", "base")}
+    (folder / "made-up.json").write_text(json.dumps({"value": numbers}))
+    (j,) = verdicts(tmp_path, h)
+    assert j.verdict == "holds" and j.pairs[0].n == (3, 3)
+
+
 def test_holm_changes_a_borderline_pair(tmp_path):
     """border is base + 0.3 (p 0.021): alone its 95% interval excludes 0; as one of three such pairs of a
     claim its first level is 1 - 0.05/3, whose interval holds 0, and every pair stays there."""
