@@ -251,15 +251,15 @@ class Measure:
     """What number each run of a sweep gives: a final metric (--metric), a curve's last value, or the
     epochs it took to reach a target (--reach); and which way is better."""
 
-    def __init__(self, metric: str | None = None, reach: str | None = None):
+    def __init__(self, metric: str | None = None, reach: str | None = None, unit: str = "epochs"):
         if metric and reach:
             raise ConfigError("--metric and --reach each name what a run is scored by; give one")
-        self.metric, self.reach = metric, seeds.parse_reach(reach) if reach else None
+        self.metric, self.reach, self.unit = metric, seeds.parse_reach(reach) if reach else None, unit
 
     def label(self, r: dict) -> str:
         if self.reach:
             key, op, target = self.reach
-            return f"epochs to {key} {op} {target:g}"
+            return f"{self.unit} to {key} {op} {target:g}"
         return self.metric or r["metric"]
 
     def lower_is_better(self, r: dict) -> bool:
@@ -268,7 +268,7 @@ class Measure:
         return not higher_is_better(r) if self.metric in (None, r["metric"]) else seeds.lower_is_better(self.metric)
 
     def __call__(self, r: dict) -> float | None:
-        return seeds.reach(r, *self.reach) if self.reach else seeds.value(r, self.metric)
+        return seeds.reach(r, *self.reach, unit=self.unit) if self.reach else seeds.value(r, self.metric)
 
 
 def sweep_runs(results: list[dict], name: str | list[str]) -> tuple[list[dict], dict]:
@@ -500,6 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reach", metavar="CURVE<=VALUE",
                    help="with --sweep: score runs by the epochs they took to reach a target on a curve, e.g. "
                         "'train/error<=0.25' (or >=)")
+    p.add_argument("--reach-in", choices=["epochs", "minutes"], default="epochs",
+                   help="with --reach: count the epochs to the target (default) or the wall minutes, each run's steps "
+                        "at its mean rate (a speedrun's clock)")
     p.add_argument("--versus", metavar="PARAM",
                    help="with --sweep: each value of PARAM at its best setting of the others, against the next, "
                         "with the difference and ratio and their 95%% intervals")
@@ -548,7 +551,7 @@ def sweep_main(args, results: list[dict]) -> str | None:
     """--sweep NAME: its table (and --versus's), or with --plot its figure; returns the text to print or write."""
     if args.format in ("csv", "json"):
         raise ConfigError("--sweep writes a table or markdown")
-    measure = Measure(args.metric, args.reach)
+    measure = Measure(args.metric, args.reach, args.reach_in)
     groups, name = where(sweep_groups(results, args.sweep, measure), args.where), " + ".join(args.sweep)
     if args.plot:
         plot_sweep(args.plot, name, groups, measure, args.curve)
@@ -569,6 +572,8 @@ def main(argv: list[str] | None = None, api=None) -> int:
             raise ConfigError(f"--top {args.top}: give the number of rows to keep, 1 or more")
         if (args.metric or args.reach or args.versus or args.where) and not args.sweep:
             raise ConfigError("--metric, --reach, --versus and --where score a sweep's runs: add --sweep NAME")
+        if args.reach_in != "epochs" and not args.reach:
+            raise ConfigError(f"--reach-in {args.reach_in} counts the time to a --reach target: add --reach CURVE>=VALUE")
         if args.wall_curves and not args.plot:
             raise ConfigError("--wall-curves goes with --plot FILE")
         if args.plot and args.runs:

@@ -137,11 +137,12 @@ def parse_reach(text: str) -> tuple[str, str, float]:
     return match[1], match[2], float(match[3])
 
 
-def reach(r: dict, key: str, op: str, target: float) -> float | None:
+def reach(r: dict, key: str, op: str, target: float, unit: str = "epochs") -> float | None:
     """The epochs (steps / steps per epoch) the run took until a point of curve `key` first reached the
-    target; None if it never did."""
+    target, or with unit "minutes" the wall time to that step at the run's mean rate (wall_s x step / steps:
+    the evaluations before it included, as a speedrun's clock counts them); None if it never did."""
     per_epoch = r.get("steps_per_epoch") or r["steps"] / r["epochs"]
     for step, v in series(r, key):
         if (v <= target) if op == "<=" else (v >= target):
-            return step / per_epoch
+            return r["wall_s"] * step / r["steps"] / 60 if unit == "minutes" else step / per_epoch
     return None

@@ -471,6 +471,10 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "accuracy within a point), so ViT again loses by fitting more slowly, not by overfitting.",
     "ResNet ahead on little Fashion-MNIST: holds; ViT overtakes on all of Fashion-MNIST: not run yet**":
         "ResNet ahead on little Fashion-MNIST: holds; ViT overtakes on all of Fashion-MNIST: opposite**",
+    # --reach-in minutes: a speedrun's clock
+    "  first reached a target, with how many runs reached it.\n": "  first reached a target, with how many runs reached it "
+        "(`--reach-in minutes`:\n  the wall minutes to it instead, each run's steps at its mean rate, a speedrun's "
+        "clock).\n",
     # --sweep A B: several sweeps' runs together
     "  standalone runs (`--include-sweeps` ranks them too).\n": "  standalone runs (`--include-sweeps` ranks them too). "
         "`--sweep A B` shows\n  the runs of several sweeps together, as one experiment's arms written in two\n  files (a "

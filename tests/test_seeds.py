@@ -82,6 +82,12 @@ def test_epochs_to_a_target_and_one_value_against_the_other(store, capsys):
     out = capsys.readouterr().out
     epochs = [1.0, 2.0, 3.0]  # step 10, 20, 30 of 10 steps an epoch
     assert "epochs to train/error <= 0.25" in out and "2 ± 1 " in out and "3 of 3" in out and "0 of 3" in out
+    # in minutes (a speedrun's clock): each run's 40 steps took its wall_s of 10 s, so step 10 came at 2.5 s
+    assert leaderboard.main(args[:-2] + ["--reach-in", "minutes"]) == 0
+    out = capsys.readouterr().out
+    assert "minutes to train/error <= 0.25" in out and f"{5 / 60:.4g} ± {2.5 / 60:.2g} " in out
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "s", "--reach-in", "minutes"]) == 2
+    assert "add --reach" in capsys.readouterr().err
     # lr 0.001 never reaches 0.75 at 0.01: no number to compare it with
     r = seeds.ratio([0.90, 0.92, 0.97], [0.60, 0.70, 0.68])
     d = seeds.welch([0.90, 0.92, 0.97], [0.60, 0.70, 0.68])

@@ -311,7 +311,7 @@ def from_hf(hf_model: nn.Module) -> BERTEncoder:
 # tiny one (its vocab_size is the data set's, set when the model is built).
 FLAVORS = {
     "tiny": dict(vocab_size=128, block_size=128, n_layer=2, n_head=2, n_embd=64),  # FFN 256
-    # BERTClassifier (papers/bert/__init__.py's variant) of tiny's sizes: fine-tuning from a tiny run
+    # BERTClassifier (papers/bert/spec.py's variant) of tiny's sizes: fine-tuning from a tiny run
     "tiny-classifier": dict(vocab_size=128, block_size=128, n_layer=2, n_head=2, n_embd=64),
     "BERT-base": dict(vocab_size=30522, block_size=512, n_layer=12, n_head=12, n_embd=768),
     "BERT-large": dict(vocab_size=30522, block_size=512, n_layer=24, n_head=16, n_embd=1024),

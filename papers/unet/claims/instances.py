@@ -33,7 +33,6 @@ from scipy.optimize import linear_sum_assignment
 
 from common import seeds
 from common.claims import provenance
-from common.data.collate import IGNORE_INDEX
 
 HERE = Path(__file__).parent
 SWEEP = "unet-weighted-loss"
@@ -68,6 +67,8 @@ def matched(predicted: list[np.ndarray], truth: list[np.ndarray]) -> int:
 def instance_f1(labels: np.ndarray, instances: np.ndarray, classes: np.ndarray) -> tuple[float, int, int, int]:
     """(F1, matched, predicted items, true items) of one canvas: its predicted classes (H, W), its instance
     ids and its true classes (for the void band)."""
+    from common.data.collate import IGNORE_INDEX  # here, not at the top: it imports torch, which --help does not need
+
     void = classes == IGNORE_INDEX
     predicted, truth = components(labels, void), true_items(instances, void)
     m, total = matched(predicted, truth), len(predicted) + len(truth)
