@@ -44,7 +44,13 @@ def stand_in_runs(path: Path, results: Path) -> None:
                          "64", "--out", teacher, "--wandb", "disabled", "--results-dir", str(results)]) == 0
 
 
-@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: str(p.relative_to(ROOT)))
+def trains_stand_ins(path: Path) -> bool:
+    """Whether the sweep starts from runs (--init RUN_DIR, --teacher) that stand_in_runs trains: slow."""
+    return any(isinstance(p.get("init"), str) or "teacher" in p for p in sweep.combinations(sweep.load(path)))
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if trains_stand_ins(p) else p for p in SWEEPS],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_claims_sweep_file_validates(path, capsys, tmp_path):
     stand_in_runs(path, tmp_path / "results")  # in this test's own working folder
     assert sweep.main([str(path), "--dry-run"]) == 0, capsys.readouterr().err
