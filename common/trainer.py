@@ -248,6 +248,7 @@ class Trainer:
         self.train_set, self.test_set = data.read(**options(cfg))  # ConfigError if unreadable
         if cfg.train_fraction < 1:
             self.train_set = Share(self.train_set, cfg.train_fraction)
+        self.train_set = augment.warped(cfg.augment, self.train_set)  # elastic:STD, before the weight map
         if self.spec.pixel_weights is not None and cfg.pixel_weights == "paper":  # the paper's weight of each pixel
             self.train_set = PixelWeights(self.train_set, self.spec.pixel_weights)
         if cfg.eval_samples is not None and cfg.eval_samples < len(self.test_set):

@@ -471,6 +471,10 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "accuracy within a point), so ViT again loses by fitting more slowly, not by overfitting.",
     "ResNet ahead on little Fashion-MNIST: holds; ViT overtakes on all of Fashion-MNIST: not run yet**":
         "ResNet ahead on little Fashion-MNIST: holds; ViT overtakes on all of Fashion-MNIST: opposite**",
+    # --augment elastic:STD for segmentation
+    "`repeat:N` (see [Distillation and DeiT's recipe]) |\n": "`repeat:N` (see [Distillation and DeiT's recipe]). For "
+        "segmentation (images of any size), `elastic:STD`: U-Net's elastic deformation of the image and its masks "
+        "together ([Segmentation]) |\n",
     # --reach-in minutes: a speedrun's clock
     "  first reached a target, with how many runs reached it.\n": "  first reached a target, with how many runs reached it "
         "(`--reach-in minutes`:\n  the wall minutes to it instead, each run's steps at its mean rate, a speedrun's "

@@ -372,3 +372,50 @@ def test_torchvision_alpha_sigma_in_pixels():
         fields = torch.cat([deform.make_params([torch.zeros(1, 160, 160)])["displacement"] for _ in range(10)])
         pixels = fields[:, 40:120, 40:120, 0] * 160 / 2
         assert pixels.std().item() == pytest.approx(alpha / (4 * math.sqrt(3 * math.pi) * sigma), rel=0.05)
+
+
+def test_elastic_augment_warps_a_canvas_and_its_maps_together_before_the_weight_map():
+    """`--augment elastic:STD` on a segmentation data set: the image, the labels and the instances warped by one
+    field (an image that is its labels stays its labels), a pixel from outside the canvas void and of no item,
+    and the weight map of the warped maps; refused on a classification data set and beside a step for images of
+    one size."""
+    from common.data import PixelWeights
+    from common.data.augment import parse, warped
+    from common.data.elastic import Warped
+    from common.data.collate import IGNORE_INDEX
+    from papers.unet.weights import target_weights
+
+    labels = torch.zeros(40, 48, dtype=torch.long)
+    labels[8:20, 6:30], labels[22:36, 20:44] = 3, 7
+    instances = (labels == 3).long() + 2 * (labels == 7).long()
+    canvas = [(labels[None].float(), {"labels": labels, "instances": instances})]
+    assert parse("elastic:10") == [("elastic", (10.0,))] and warped("none", canvas) is canvas
+    torch.manual_seed(0)  # the image resampled by nearest neighbour, as the maps, to compare them exactly
+    image, target = Warped(canvas, ElasticDeformation(interpolation="nearest"))[0]
+    inside = target["labels"] != IGNORE_INDEX
+    assert (~inside).any() and inside.float().mean() > 0.5  # the paper's field takes some pixels from outside
+    assert torch.equal(image[0][inside].long(), target["labels"][inside])  # one field for the image and the maps
+    assert torch.equal(target["instances"][~inside], torch.zeros_like(target["instances"][~inside]))
+    assert torch.equal(target["instances"] == 1, target["labels"] == 3) and not torch.equal(target["labels"], labels)
+    torch.manual_seed(1)
+    bilinear = warped("elastic:10", canvas)[0][1]
+    torch.manual_seed(1)
+    weighted = PixelWeights(warped("elastic:10", canvas), target_weights)[0][1]
+    assert torch.equal(weighted["labels"], bilinear["labels"]) and not torch.equal(bilinear["labels"], target["labels"])
+    assert torch.equal(weighted["weights"], target_weights(bilinear))  # the weight map of the warped maps
+
+
+def test_elastic_augment_is_a_segmentation_step():
+    from common.config import build_parser, resolve, validate
+    from common.errors import ConfigError
+
+    def refusal(*flags):
+        with pytest.raises(ConfigError) as e:
+            validate(resolve(vars(build_parser().parse_args([*flags, "--wandb", "disabled"]))), world_size=1)
+        return str(e.value)
+
+    validate(resolve(vars(build_parser().parse_args(["--paper", "unet", "--augment", "elastic:10"]))), world_size=1)
+    assert "a segmentation sample's image and target maps" in refusal("--paper", "lenet", "--augment", "elastic:10")
+    assert "elastic:STD warps a segmentation sample of any size" in refusal("--paper", "unet", "--augment",
+                                                                           "elastic:10,flip")
+    assert "elastic:STD" in refusal("--paper", "unet", "--augment", "elastic")

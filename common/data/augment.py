@@ -20,6 +20,12 @@ the default, stands for the data set's own (DatasetSpec.augment: crop:4,flip for
     erase:P      timm's RandomErasing (Zhong et al.): with probability P one rectangle of random pixels
                  (normal noise, as DeiT's 'pixel' mode), on the normalised image
 
+for segmentation data sets (images of any size), one that warps the image and its target maps together:
+
+    elastic:STD  U-Net's elastic deformation (Section 3.1): displacement vectors of STD pixels on a 3 x 3
+                 grid, bicubic in between (common/data/elastic.py; pixels from outside the canvas are void),
+                 before the weight map of the paper's loss is computed
+
 and, for classification data sets, three that are not a transform of one image, as DeiT's recipe (Table 9):
 
     mixup:A      timm's Mixup on each training batch: images and one-hot labels mixed with a weight drawn
@@ -38,10 +44,11 @@ run draws what the uninterrupted one drew (with --num-workers 0).
 import torch
 from torch.utils.data import Dataset
 
-STEPS = ("scale", "rrc", "crop", "flip", "lighting", "randaug", "erase", "mixup", "cutmix", "repeat")
+STEPS = ("scale", "rrc", "crop", "flip", "lighting", "randaug", "erase", "elastic", "mixup", "cutmix", "repeat")
 BATCH_STEPS = ("mixup", "cutmix", "repeat")  # not transforms of one image: the trainer's and the sampler's
-WANTS = {"scale": 2, "rrc": 1, "crop": 1, "flip": 0, "lighting": 1, "randaug": 2, "erase": 1, "mixup": 1,
-         "cutmix": 1, "repeat": 1}  # the values each step takes
+JOINT_STEPS = ("elastic",)  # transforms of a segmentation sample, its image and target maps together
+WANTS = {"scale": 2, "rrc": 1, "crop": 1, "flip": 0, "lighting": 1, "randaug": 2, "erase": 1, "elastic": 1,
+         "mixup": 1, "cutmix": 1, "repeat": 1}  # the values each step takes
 
 
 def parse(text: str) -> list[tuple[str, tuple[float, ...]]]:
@@ -61,7 +68,7 @@ def parse(text: str) -> list[tuple[str, tuple[float, ...]]]:
                 name == "erase" and values[0] > 1) or (name == "repeat" and (values[0] < 1 or values[0] % 1)) or (
                 name in ("mixup", "cutmix") and values[0] == 0):
             raise ValueError(f"augment step '{part}' is not one of scale:LO-HI, rrc:MIN, crop:P, flip, lighting:S, "
-                             f"randaug:M-S, erase:P, mixup:A, cutmix:A, repeat:N (e.g. crop:4,flip)")
+                             f"randaug:M-S, erase:P, elastic:STD, mixup:A, cutmix:A, repeat:N (e.g. crop:4,flip)")
         steps.append((name, values))
     return steps
 
@@ -114,8 +121,19 @@ class RandAugment(torch.nn.Module):
 
 
 def per_image(text: str) -> list[tuple[str, tuple[float, ...]]]:
-    """The steps of an --augment value that transform one image (all but BATCH_STEPS)."""
-    return [(name, values) for name, values in parse(text) if name not in BATCH_STEPS]
+    """The steps of an --augment value that transform one image (all but BATCH_STEPS and JOINT_STEPS)."""
+    return [(name, values) for name, values in parse(text) if name not in BATCH_STEPS + JOINT_STEPS]
+
+
+def warped(text: str, dataset: Dataset) -> Dataset:
+    """A segmentation training set as an --augment value's elastic:STD step warps it (common.data.elastic),
+    or as it is where the value has no such step."""
+    steps = dict(parse(text))
+    if "elastic" not in steps:
+        return dataset
+    from common.data.elastic import ElasticDeformation, Warped  # (torchvision, imported only to augment)
+
+    return Warped(dataset, ElasticDeformation(std=steps["elastic"][0]))
 
 
 def mixing(text: str, num_classes: int | None, label_smoothing: float = 0.0):

@@ -12,6 +12,7 @@ def check(cfg, data, spec) -> tuple[dict, bool]:
     """The data set's facts (ConfigError when its files are missing) and whether its samples differ in
     size; a ConfigError for the first flag that does not apply to it."""
     from common.data import DATASETS, options
+    from common.data.augment import JOINT_STEPS
     from common.data.augment import parse as parse_augment
 
     check_options(cfg, data, spec)
@@ -27,9 +28,15 @@ def check(cfg, data, spec) -> tuple[dict, bool]:
     check_recipe_steps(cfg, data, dict(augment_steps))
     if variable and not spec.padded_batches:
         raise ConfigError(fixed_size_fix(spec, data))
-    if augment_steps and (data.inputs != "image" or variable):
+    joint = [name for name, _ in augment_steps if name in JOINT_STEPS]
+    if joint and data.task != "segmentation":
+        raise ConfigError(f"--augment {data.training_augment(cfg.augment)}: {joint[0]} warps a segmentation "
+                          f"sample's image and target maps together; {data.name} is a {data.task} data set")
+    if [s for s in augment_steps if s[0] not in JOINT_STEPS] and (data.inputs != "image" or variable):
         raise ConfigError(f"--augment {data.training_augment(cfg.augment)} transforms images of one size; "
-                          f"{data.name} has {'images of many sizes' if variable else data.inputs + 's'}")
+                          f"{data.name} has {'images of many sizes' if variable else data.inputs + 's'}"
+                          + (" (elastic:STD warps a segmentation sample of any size)" if data.task == "segmentation"
+                             else ""))
     if cfg.bucketing == "size" and not variable:
         variable_sets = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
         resized = " once --image-size resizes it" if data.variable_size else ""

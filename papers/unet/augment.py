@@ -1,54 +1,7 @@
-"""The elastic deformation U-Net trains with (Section 3.1): "We generate smooth deformations using
-random displacement vectors on a coarse 3 by 3 grid. The displacements are sampled from a Gaussian
-distribution with 10 pixels standard deviation. Per-pixel displacements are then computed using
-bicubic interpolation."
+"""U-Net's elastic deformation (Section 3.1), `--augment elastic:10` on a segmentation data set: the field
+of 3x3 displacement vectors of 10 pixels std, interpolated bicubically, on torchvision's warp. The code is in
+common/data/elastic.py, with every segmentation paper's data path."""
 
-torchvision's `v2.ElasticTransform` warps an image and its masks with one displacement field
-(masks, `tv_tensors.Mask`, by nearest neighbour, so that their labels stay labels). Its own field is
-Simard et al.'s (2003): uniform noise in [-1, 1] at every pixel, smoothed by a Gaussian of std
-`sigma` (a (8 sigma + 1)^2 kernel) and scaled by alpha / side in grid units of 2 / side a pixel,
-that is alpha / 2 times the smoothed noise in pixels. Its std is then about
-alpha / (4 sqrt(3 pi) sigma) pixels (the smoothed noise has variance (1/3) sum k^2 over the
-kernel k, about 1 / (12 pi sigma^2)), and the field varies over about sigma pixels
-(tests/test_unet.py checks the std). The paper's field varies over half the image; smoothing at
-that scale would take sigma near a quarter of the side, a kernel as large as the image, at every
-pixel. So `ElasticDeformation` keeps torchvision's transform (its warp, its masks, its fill) and
-draws the paper's field instead of alpha and sigma's: 3x3 displacement vectors of 10 pixels std,
-interpolated bicubically to every pixel (grid points at the corners, the borders' middles and the
-centre). Images are resampled bilinearly (torchvision's default; the paper names bicubic for the
-displacements only).
-"""
+from common.data.elastic import ElasticDeformation, Warped
 
-from typing import Any
-
-import torch
-import torch.nn.functional as F
-from torchvision.transforms import v2
-
-
-class ElasticDeformation(v2.ElasticTransform):
-    """Warps images and masks together by the paper's field: `grid` x `grid` displacement vectors
-    drawn from N(0, std^2) pixels, interpolated bicubically to every pixel.
-
-    Args:
-        std: the displacement vectors' standard deviation in pixels (10).
-        grid: the coarse grid's points a side (3).
-        interpolation: how images are resampled (masks: nearest, always).
-        fill: the value of pixels taken from outside the input, or a dict by type as torchvision's
-            (`{tv_tensors.Image: 0, tv_tensors.Mask: 255}`).
-    """
-
-    def __init__(self, std: float = 10.0, grid: int = 3, interpolation: str = "bilinear", fill: Any = 0):
-        if not std >= 0:
-            raise ValueError(f"std is the displacements' standard deviation in pixels, at least 0, got {std}")
-        if grid < 2:
-            raise ValueError(f"grid is the coarse grid's points a side, at least 2, got {grid}")
-        super().__init__(alpha=0.0, sigma=0.0, interpolation=interpolation, fill=fill)  # alpha, sigma unused
-        self.std, self.grid = std, grid
-
-    def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
-        H, W = v2.query_size(flat_inputs)
-        coarse = torch.randn(1, 2, self.grid, self.grid) * self.std  # (1, 2, 3, 3): (dx, dy) in pixels
-        d = F.interpolate(coarse, size=(H, W), mode="bicubic", align_corners=True)  # (1, 2, H, W)
-        d = d * torch.tensor([2 / W, 2 / H]).view(1, 2, 1, 1)  # pixels to torchvision's grid units
-        return dict(displacement=d.permute(0, 2, 3, 1))  # (1, H, W, 2): output(p) = input(p + d(p))
+__all__ = ["ElasticDeformation", "Warped"]

@@ -35,11 +35,12 @@ PAPER = PaperSpec(
     # optimization step"). Not stated: the learning rate (the defaults' is kept), its schedule (constant here:
     # the paper names no decay), weight decay (none here) and the length of training (10 hours on a Titan GPU;
     # the defaults' epochs are kept).
-    # Not expressible: its elastic deformations (augment.py, not an --augment step: the steps transform the
-    # image alone, not its target maps), its shift, rotation and grey-value augmentation, and its tiles
-    # (572 x 572 from larger images; the canvases are smaller than a tile and are read whole).
+    # Its elastic deformations, as Section 3.1 draws them (`--augment elastic:10`: 3x3 vectors of 10 pixels std,
+    # the image and its target maps warped together before the weight map). Not expressible: its shift,
+    # rotation and grey-value augmentation, and its tiles (572 x 572 from larger images; the canvases are
+    # smaller than a tile and are read whole).
     recipe=dict(optimizer="sgd", momentum=0.99, nesterov=False, weight_decay=0.0, batch_size=1, schedule="constant",
-                warmup_steps=0, label_smoothing=0.0, clip_grad=0.0, augment="none"),
+                warmup_steps=0, label_smoothing=0.0, clip_grad=0.0, augment="elastic:10"),
     reference="none: Figure 1's shapes at every layer and its parameter count (31,030,658, counted from the "
               "figure), a hand-unrolled forward, the overlap-tile strategy against the net on the whole mirrored "
               "image (tests/test_unet.py)",
