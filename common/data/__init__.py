@@ -24,6 +24,7 @@ from common.data import (adding, canvas, coco, dates, detect, digits, long_pairs
                          sentence_pairs, shapes, text, tokens, vision, wds)
 from common.data.augment import Augmented
 from common.data.collate import pad_images, pad_masked_lm, pad_pairs, pad_segmentation, pad_sequences, stack
+from common.data.mapped import Mapped  # noqa: F401 (common.data.Mapped)
 from common.data.samplers import BucketBatchSampler, RepeatedAugmentation, ResumableSampler
 from common.errors import ConfigError
 
@@ -144,20 +145,15 @@ class Share(Subset):
             self.sizes = [dataset.sizes[i] for i in self.indices]
 
 
-class PixelWeights(Dataset):
+class PixelWeights(Mapped):
     """A segmentation training set whose targets also hold each pixel's weight in the loss, "weights" (H, W),
-    from a paper's `weigh(target)` (PaperSpec.pixel_weights) of each sample's target maps; keeps `sizes`."""
+    from a paper's `weigh(target)` (PaperSpec.pixel_weights) of each sample's target maps."""
 
     def __init__(self, dataset: Dataset, weigh: Callable[[dict], torch.Tensor]):
-        self.dataset, self.weigh = dataset, weigh
-        if hasattr(dataset, "sizes"):
-            self.sizes = dataset.sizes
+        super().__init__(dataset)
+        self.weigh = weigh
 
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, dict]:
-        image, target = self.dataset[i]
+    def map(self, image: torch.Tensor, target: dict) -> tuple[torch.Tensor, dict]:
         return image, {**target, "weights": self.weigh(target)}
 
 

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from common.data.mapped import Mapped
+
 
 class ElasticDeformation(v2.ElasticTransform):
     """Warps images and masks together by the paper's field: `grid` x `grid` displacement vectors
@@ -55,26 +57,21 @@ class ElasticDeformation(v2.ElasticTransform):
         return dict(displacement=d.permute(0, 2, 3, 1))  # (1, H, W, 2): output(p) = input(p + d(p))
 
 
-class Warped(Dataset):
+class Warped(Mapped):
     """A segmentation training set whose samples are warped, the image and every target map with one field
     (`ElasticDeformation`), each time they are read: a pixel the field takes from outside the canvas is void
     in "labels" (IGNORE_INDEX) and of no item in "instances" (0); the weight map, where the paper's loss wants
-    one (PixelWeights), is then computed from the warped maps. Keeps `sizes` (a warp keeps the size)."""
+    one (PixelWeights), is then computed from the warped maps. A warp keeps the size."""
 
     def __init__(self, dataset: Dataset, deform: ElasticDeformation):
-        self.dataset, self.deform = dataset, deform
-        if hasattr(dataset, "sizes"):
-            self.sizes = dataset.sizes
+        super().__init__(dataset)
+        self.deform = deform
 
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, dict]:
+    def map(self, image: torch.Tensor, target: dict) -> tuple[torch.Tensor, dict]:
         from torchvision import tv_tensors
 
         from common.data.collate import IGNORE_INDEX
 
-        image, target = self.dataset[i]
         inside = torch.ones(image.shape[-2:], dtype=torch.uint8)
         maps = {key: tv_tensors.Mask(value) for key, value in target.items()} | {"inside": tv_tensors.Mask(inside)}
         image, maps = self.deform(tv_tensors.Image(image), maps)  # one field for all; fill 0

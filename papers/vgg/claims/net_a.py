@@ -9,55 +9,28 @@ deep sweep's `--init runs/vgg-table-3-fashion-mnist/A-seed-{seed}` starts each o
 own seed. A seed whose net A has not finished is one line, exit 2.
 """
 
-import argparse
-import json
 import sys
 from pathlib import Path
+
+from common import run_links
 
 SWEEP = "vgg-table-3-fashion-mnist"
 SEEDS = (0, 1, 2)
 
 
-def finished_a_runs(folder: Path) -> dict[int, Path]:
-    """Seed: the finished VGG-11 run (config.json and model.safetensors) in a sweep's folder of runs."""
-    runs = {}
-    for config in sorted(folder.glob("*/config.json")):
-        cfg = json.loads(config.read_text())
-        if cfg.get("flavor") == "VGG-11" and (config.parent / "model.safetensors").is_file():
-            runs[cfg["seed"]] = config.parent
-    return runs
-
-
 def link(folder: Path, seeds=SEEDS) -> list[str]:
-    runs = finished_a_runs(folder)
-    missing = [s for s in seeds if s not in runs]
-    if missing:
-        raise SystemExit(f"net_a: no finished VGG-11 run of seed {', '.join(map(str, missing))} in {folder}; run "
-                         f"python -m common.sweep papers/vgg/claims/table-3-fashion-mnist.yaml first")
-    lines = []
-    for seed in seeds:
-        name = folder / f"A-seed-{seed}"
-        if name.is_symlink() or name.exists():
-            name.unlink()
-        name.symlink_to(runs[seed].name)  # relative: the folder can move
-        lines.append(f"{name} -> {runs[seed].name}")
-    return lines
+    runs = run_links.finished_runs(folder, lambda cfg: (cfg.get("flavor"), cfg["seed"]))
+    return run_links.link(folder, {f"A-seed-{seed}": ("VGG-11", seed) for seed in seeds}, runs, lambda absent: (
+        f"net_a: no finished VGG-11 run of seed {', '.join(str(s) for _, s in absent)} in {folder}; run "
+        f"python -m common.sweep papers/vgg/claims/table-3-fashion-mnist.yaml first"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs-dir", default="runs", help="where common.sweep put the sweep's runs (runs)")
-    return parser
+def build_parser():
+    return run_links.parser(__doc__.split("\n\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        print(*link(Path(args.runs_dir) / SWEEP), sep="\n")
-    except SystemExit as e:
-        print(e, file=sys.stderr)
-        return 2
-    return 0
+    return run_links.run(build_parser().parse_args(argv), SWEEP, link)
 
 
 if __name__ == "__main__":
