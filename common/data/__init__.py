@@ -24,7 +24,7 @@ from common.data import (adding, canvas, coco, dates, detect, digits, long_pairs
                          sentence_pairs, shapes, text, tokens, vision, wds)
 from common.data.augment import Augmented
 from common.data.collate import pad_images, pad_masked_lm, pad_pairs, pad_segmentation, pad_sequences, stack
-from common.data.mapped import Mapped  # noqa: F401 (common.data.Mapped)
+from common.data.mapped import Mapped
 from common.data.samplers import BucketBatchSampler, RepeatedAugmentation, ResumableSampler
 from common.errors import ConfigError
 
