@@ -147,7 +147,9 @@ def cells(position: int, r: dict) -> dict[str, str]:
 # ---------------------------------------------------------------- output
 
 
-def render(tables: dict, fmt: str) -> str:
+def render(tables: dict, fmt: str, one_table: bool = False) -> str:
+    """The ranking tables, one a data set; with one_table (--top 1), the best run of each data set as the rows of
+    one table."""
     if fmt == "json":
         return json.dumps({f"{task} / {dataset}": rows for (task, dataset), rows in tables.items()}, indent=2)
     out = io.StringIO()
@@ -157,6 +159,12 @@ def render(tables: dict, fmt: str) -> str:
         for (task, dataset), rows in tables.items():
             for i, r in enumerate(rows, 1):
                 writer.writerow([task, dataset, *cells(i, r).values()])
+        return out.getvalue()
+    if one_table and tables:
+        table = [{"data set": f"**{dataset}**" if fmt == "markdown" else dataset, "task": task,
+                  "better": "higher" if higher_is_better(r) else "lower"}
+                 | {k: v for k, v in cells(1, r).items() if k != "rank"} for (task, dataset), (r, *_) in tables.items()]
+        _write_table(out, table, fmt)
         return out.getvalue()
     for (task, dataset), rows in tables.items():
         better = "higher" if higher_is_better(rows[0]) else "lower"
@@ -594,7 +602,7 @@ def main(argv: list[str] | None = None, api=None) -> int:
             if args.plot:
                 scatter(args.plot, tables)
             text = None if args.plot else (render_groups(group_seeds(tables), args.format) if args.group_seeds
-                                           else render(tables, args.format))
+                                           else render(tables, args.format, one_table=args.top == 1))
         if text is None:
             print(f"wrote {args.plot}")
         elif args.write:

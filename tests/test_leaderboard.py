@@ -55,6 +55,14 @@ def test_top_keeps_the_first_rows_of_each_table(tmp_path, capsys):
     tables = json.loads(capsys.readouterr().out)
     assert {k: [r["run_id"] for r in rows] for k, rows in tables.items()} == {
         "classification / digits": ["b"], "regression / adding": ["e"]}
+    # in markdown, the best of each data set are the rows of one table (README's block), not a table each
+    assert leaderboard.main(["--results-dir", str(tmp_path), "--format", "markdown", "--best-only", "--top", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| data set | task | better | paper |") and "| rank |" not in lines[0]
+    assert [line.split(" | ")[:3] for line in lines[2:]] == [["| **digits**", "classification", "higher"],
+                                                            ["| **adding**", "regression", "lower"]]
+    assert leaderboard.main(["--results-dir", str(tmp_path), "--format", "markdown", "--top", "2"]) == 0
+    assert capsys.readouterr().out.startswith("**digits** (classification, accuracy, higher is better)")
     assert leaderboard.main(["--results-dir", str(tmp_path), "--top", "0"]) == 2
     assert "--top 0" in capsys.readouterr().err
 
