@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from common.config import parse_model_kwargs
 from common.errors import ConfigError
 from common.export import load_run
+from common.sections import TTA
 
 # Nothing above imports torch: --help and a mistyped flag are answered at once. evaluate_run and draw
 # import torch, the data sets and the tasks where they use them.
@@ -102,14 +103,18 @@ def draw(image: torch.Tensor, boxes: torch.Tensor, labels: list[str], colour: st
 
 
 def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold: float = 0.5,
-                 model_kwargs: dict | None = None, areas: tuple[float, float] | None = None) -> dict[str, float]:
+                 model_kwargs: dict | None = None, areas: tuple[float, float] | None = None,
+                 tta: str | None = None) -> dict[str, float]:
     import torch
 
     from common.data import dataset_for, eval_loader, options
+    from common.data.checks import check_tta
     from common.data.collate import to_device
-    from common.tasks import get_task
+    from common.tasks import flip_tta, get_task
 
     model, cfg = load_run(run_dir, model_kwargs)
+    tta = cfg.tta if tta is None else tta
+    check_tta(tta, dataset_for(cfg), dataset_for(cfg).is_variable(cfg.image_size))
     if areas and dataset_for(cfg).task != "detection":
         raise ConfigError(f"--areas scores detections by object size; {run_dir} trained {cfg.paper} on {cfg.dataset}")
     data = dataset_for(cfg)
@@ -123,7 +128,10 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
     with torch.no_grad():
         for batch in loader:
             inputs, targets = to_device(batch, torch.device("cpu"))
-            outputs = task.forward(model, inputs, targets)
+            if tta == "flip":
+                outputs = flip_tta(lambda x: task.forward(model, x, targets), inputs)
+            else:
+                outputs = task.forward(model, inputs, targets)
             task.update(metrics, outputs, targets)
             if data.task == "detection":
                 mask = inputs["mask"] if isinstance(inputs, dict) else None
@@ -164,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-kwargs", nargs="+", default=[], metavar="KEY=VALUE",
                    help="the model's arguments changed for this evaluation (the weights must still fit), "
                         "e.g. \"rpn_post_nms_top_n=(150, 10)\"")
+    p.add_argument("--tta", choices=TTA, help="image classification: none, or flip (the mean of the logits of each "
+                                              "image and its mirror image); default: the run's own --tta")
     p.add_argument("--areas", nargs=2, type=float, metavar=("SMALL", "LARGE"),
                    help="detection: objects under SMALL pixels of area are small, over LARGE large "
                         "(COCO: 1024 and 9216)")
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     try:
-        results = evaluate_run(args.run, args.batch_size, args.draw, args.threshold, kwargs, args.areas)
+        results = evaluate_run(args.run, args.batch_size, args.draw, args.threshold, kwargs, args.areas, args.tta)
     except (ConfigError, ValueError) as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 RECIPES = ("repo", "paper")
 PIXEL_WEIGHTS = ("paper", "none")  # segmentation: the paper's own weight of each pixel in the loss, or none
+TTA = ("none", "flip")  # test-time augmentation of image classification
 
 
 def opt(default=dataclasses.MISSING, help=None, *, parse=None, choices=None, metavar=None, resumable=False,
@@ -181,6 +182,8 @@ class Evaluation:
     beam: int = opt(1, "seq2seq: evaluate by beam search of this width (default 1: greedy)", parse=positive_int)
     length_penalty: float = opt(0.0, "beam search: rank by log p / ((5 + length) / 6)^ALPHA (the Transformer's 0.6; "
                                 "default 0)", parse=non_negative_float)
+    tta: str = opt("none", "image classification: none (default), or flip: score each test image by the mean of "
+                   "its logits and its mirror image's (left to right)", choices=TTA)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn as nn
@@ -597,6 +597,13 @@ def gathered_mean_average_precision() -> Metric:
 
 TASKS = {task.kind: task for task in (Classification, Regression, Detection, Segmentation, Seq2Seq, LanguageModeling,
                                        MaskedLanguageModeling)}
+
+
+def flip_tta(forward: Callable, inputs: torch.Tensor):
+    """--tta flip: each test image scored by the mean of its logits and its mirror image's (left to right).
+    Both forwards run on every rank (a pipeline's stages before the last give None, and so does this)."""
+    outputs, mirrored = forward(inputs), forward(inputs.flip(-1))
+    return None if outputs is None else (outputs + mirrored) / 2
 
 
 def get_task(kind: str, facts: dict | None = None, label_smoothing: float = 0.0, **options) -> Task:

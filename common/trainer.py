@@ -46,7 +46,7 @@ from common.preemption import EXIT_PREEMPTED, REASONS, STOPPED, Preempted, StopS
 from common.pretrained import build_model, is_run, load_from_run, reference_model
 from common.profiling import WARMUP_STEPS, StepProfiler
 from common.step import autocast, forward_loss
-from common.tasks import get_task
+from common.tasks import flip_tta, get_task
 from common.throughput import Meter, peak_flops, training_flops
 from common.train_state import TrainState
 from common.tracking import (NullTracker, Tracker, command_line, device_name, find_wandb_id, git_commit,
@@ -695,7 +695,10 @@ class Trainer:
             first = first if first is not None else batch
             inputs, targets = to_device(batch if batch is not None else first, device)
             with autocast(self.cfg.precision, device):
-                outputs = self.parallelized.forward(inputs, targets)  # None before a pipeline's last stage
+                if self.cfg.tta == "flip":
+                    outputs = flip_tta(lambda x: self.parallelized.forward(x, targets), inputs)
+                else:
+                    outputs = self.parallelized.forward(inputs, targets)  # None before a pipeline's last stage
             if batch is not None and outputs is not None:
                 self.task.update(metrics, outputs, targets)
         model.train()

@@ -234,6 +234,8 @@ ROW_LTR = (
     'test samples: BERT\'s "LTR & No NSP" pre-training (Table 5), which builds bert left-to-right (causal '
     'attention) without its NSP head; a classifier fine-tuned from it with `--init` stays causal |\n'
 )
+# --tta flip's row in the flags table, before --seq-len's
+TTA_ROW = " test-time augmentation, for image classification on images of one size: each test image is scored by the mean of its logits and its mirror image's (left to right), in every evaluation of the run; recorded in config.json. `python -m common.evaluate --run RUN --tta none` (or `flip`) scores the same final weights the other way, so that a recipe's gain from it is measured on the same runs. Off by default (`none`) |"
 EDITS = {  # what moving it changed, besides link targets and heading levels
     # provenance: the sweep refuses uncommitted changes; a result records its commits at start and end
     "validates and prints the\n  command lines.": "validates and prints the\n  command lines;\n- refuses, in one line and with exit code 2, to start on a checkout whose\n  tracked files have uncommitted changes: a run records the commit it ran,\n  and a result of code that no commit holds cannot be rerun. `--allow-dirty`\n  runs anyway and records `\"allow_dirty\": true` in each run's sweep tag\n  (the runs' commit then ends in `-dirty`, and the leaderboard marks it `*`).",
@@ -475,6 +477,8 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     "`repeat:N` (see [Distillation and DeiT's recipe]) |\n": "`repeat:N` (see [Distillation and DeiT's recipe]). For "
         "segmentation (images of any size), `elastic:STD`: U-Net's elastic deformation of the image and its masks "
         "together ([Segmentation]) |\n",
+    # --tta flip: a row of its own before --seq-len's
+    "| `--seq-len T` | the generated": "| `--tta flip` |" + TTA_ROW + "\n| `--seq-len T` | the generated",
     # --reach-in minutes: a speedrun's clock
     "  first reached a target, with how many runs reached it.\n": "  first reached a target, with how many runs reached it "
         "(`--reach-in minutes`:\n  the wall minutes to it instead, each run's steps at its mean rate, a speedrun's "

@@ -65,6 +65,7 @@ FLAGS = """--ac --augment --batch-size --beam --block-size --bucketing --ckpt-ev
 FLAGS += ["--init-tensors"]  # VGG's deeper nets from net A's layers
 FLAGS += ["--lora", "--lora-alpha", "--lora-targets"]  # LoRA's low-rank update (common.lora)
 FLAGS += ["--pixel-weights"]  # a segmentation paper's own weight of each pixel in the loss, or none (U-Net's)
+FLAGS += ["--tta"]  # test-time augmentation of image classification (the Fashion-MNIST speedrun)
 COMMANDS = {"--list", "--rerun", "--resume"}  # what to do, not config fields
 
 

@@ -37,12 +37,22 @@ def check(cfg, data, spec) -> tuple[dict, bool]:
                           f"{data.name} has {'images of many sizes' if variable else data.inputs + 's'}"
                           + (" (elastic:STD warps a segmentation sample of any size)" if data.task == "segmentation"
                              else ""))
+    check_tta(cfg.tta, data, variable)
     if cfg.bucketing == "size" and not variable:
         variable_sets = ", ".join(name for name, d in DATASETS.items() if d.variable_size)
         resized = " once --image-size resizes it" if data.variable_size else ""
         raise ConfigError(f"--bucketing size needs samples of different sizes; {data.name} has one size{resized} "
                           f"(variable-size data sets: {variable_sets})")
     return facts, variable
+
+
+def check_tta(tta: str, data, variable: bool) -> None:
+    """--tta flip: image classification on images of one size."""
+    if tta != "none" and (data.task != "classification" or data.inputs != "image" or variable):
+        kind = (f"is a {data.task} data set" if data.task != "classification" else
+                f"has {data.inputs} inputs" if data.inputs != "image" else "has images of many sizes")
+        raise ConfigError(f"--tta {tta} averages the logits of a test image and its mirror image, for "
+                          f"classification of images of one size; {data.name} {kind}")
 
 
 def check_recipe_steps(cfg, data, steps: dict) -> None:
