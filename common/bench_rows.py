@@ -124,19 +124,27 @@ LARGER = {
     "resnet": ("ResNet-20", {}, (3, 32, 32)),
     "lstm": ("tiny", dict(input_size=8, hidden_size=256), (32, 8)),
 }
+# The Fashion-MNIST speedrun's model (docs/fashion-mnist.md#a-speedrun), in the same form: ResNet's tiny
+# flavor on 28x28 grey images, the step whose compiled and eager speeds the speedrun compares.
+SPEEDRUN = {"resnet": ("tiny", {}, (1, 28, 28))}
 
 
-def larger_batch(name: str, batch: int, device: torch.device):
-    """The paper's LARGER configuration on random data."""
-    flavor, overrides, shape = LARGER[name]
-    torch.manual_seed(0)
-    model, inputs = get_paper(name).build(flavor, **overrides), torch.randn(batch, *shape)
-    targets = torch.randint(0, 10, (batch,))
-    return model.to(device), inputs.to(device), targets.to(device), get_task("classification")
+def random_batch(configs: dict):
+    """(model, inputs, targets, task) of a paper's configuration in `configs`, on random data."""
+    def build(name: str, batch: int, device: torch.device):
+        flavor, overrides, shape = configs[name]
+        torch.manual_seed(0)
+        model, inputs = get_paper(name).build(flavor, **overrides), torch.randn(batch, *shape)
+        targets = torch.randint(0, 10, (batch,))
+        return model.to(device), inputs.to(device), targets.to(device), get_task("classification")
+
+    return build
 
 
 def _configs(name: str, quick: bool) -> list:
-    return [("tiny", default_batch)] + ([("larger", larger_batch)] if name in LARGER and not quick else [])
+    others = [] if quick else [(label, random_batch(configs)) for label, configs in
+                                (("larger", LARGER), ("fashion-mnist speedrun", SPEEDRUN)) if name in configs]
+    return [("tiny", default_batch)] + others
 
 
 # ---------------------------------------------------------------- rows

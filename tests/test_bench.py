@@ -149,3 +149,15 @@ def test_progress_goes_to_stderr_a_line_per_row_and_paper_and_ctrl_c_prints_what
     assert sum("min left" in line for line in err.splitlines()) == 3
     assert "interrupted" in out and [r[1] for r in table_rows(out.split("\n\n", 2)[-1])] == [
         "vit: made up", "resnet: made up", "lstm: made up"]
+
+
+def test_rows_d_and_e_time_the_fashion_mnist_speedrun_s_model_outside_quick():
+    """ResNet's rows d and e time, besides its tiny flavor on digits and ResNet-20, the speedrun's model on
+    28x28 grey images (docs/fashion-mnist.md's speedrun cites row d's compiled against eager)."""
+    assert [label for label, _ in bench_rows._configs("resnet", quick=False)] == [
+        "tiny", "larger", "fashion-mnist speedrun"]
+    assert [label for label, _ in bench_rows._configs("resnet", quick=True)] == ["tiny"]
+    build = dict(bench_rows._configs("resnet", quick=False))["fashion-mnist speedrun"]
+    model, inputs, targets, _ = build("resnet", 2, torch.device("cpu"))
+    assert inputs.shape == (2, 1, 28, 28) and model(inputs).shape == (2, 10)
+    assert sum(p.numel() for p in model.parameters()) == 297_450  # the tiny flavor of docs/fashion-mnist.md's table
