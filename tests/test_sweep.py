@@ -28,7 +28,7 @@ FLAG_VALUES = {
     "schedule": "step", "milestones": "0.5,0.75", "gamma": 0.1, "gammas": "0.4,0.5", "augment": "crop:4,flip",
     "label-smoothing": 0.1, "teacher": "runs/teacher", "distillation": "hard", "distillation-tau": 3.0,
     "distillation-lambda": 0.1, "block-size": 64, "seq-len": 50, "tokenizer": "bpe", "vocab-size": 512,
-    "beam": 4, "length-penalty": 0.6, "seed": 2, "precision": "bf16", "grad-accum": 2, "clip-grad": 1.0,
+    "beam": 4, "length-penalty": 0.6, "tta": "flip", "seed": 2, "precision": "bf16", "grad-accum": 2, "clip-grad": 1.0,
     "strategy": "ddp", "dp-replicate": 2, "dp-shard": 2, "tp": 2, "sequence-parallel": True,
     "pp": 2, "pp-schedule": "gpipe", "microbatches": 4, "ac": "full", "ckpt-every": 5, "keep-ckpts": 3, "time-limit": "1:00:00", "nonfinite": "skip",
     "nonfinite-patience": 3, "resume": "runs/x", "compile": False,
