@@ -114,10 +114,10 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
 
     model, cfg = load_run(run_dir, model_kwargs)
     tta = cfg.tta if tta is None else tta
-    check_tta(tta, dataset_for(cfg), dataset_for(cfg).is_variable(cfg.image_size))
     if areas and dataset_for(cfg).task != "detection":
         raise ConfigError(f"--areas scores detections by object size; {run_dir} trained {cfg.paper} on {cfg.dataset}")
     data = dataset_for(cfg)
+    check_tta(tta, data, data.is_variable(cfg.image_size))
     facts = data.facts(**options(cfg))
     task = get_task(data.task, facts)
     _, test_set = data.read(**options(cfg))
