@@ -114,9 +114,9 @@ def evaluate_run(run_dir: Path, batch_size: int = 32, draw_n: int = 0, threshold
 
     model, cfg = load_run(run_dir, model_kwargs)
     tta = cfg.tta if tta is None else tta
-    if areas and dataset_for(cfg).task != "detection":
-        raise ConfigError(f"--areas scores detections by object size; {run_dir} trained {cfg.paper} on {cfg.dataset}")
     data = dataset_for(cfg)
+    if areas and data.task != "detection":
+        raise ConfigError(f"--areas scores detections by object size; {run_dir} trained {cfg.paper} on {cfg.dataset}")
     check_tta(tta, data, data.is_variable(cfg.image_size))
     facts = data.facts(**options(cfg))
     task = get_task(data.task, facts)
