@@ -210,10 +210,11 @@ def _spread(s: seeds.Summary) -> tuple[str, str]:
 
 def _write_table(out: io.StringIO, rows: list[dict[str, str]], fmt: str) -> None:
     columns = list(rows[0])
-    if fmt == "markdown":
-        out.write("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n")
+    if fmt == "markdown":  # a cell's own "|" (a regex in a combination, say) escaped, or it splits the cell
+        cell = lambda text: text.replace("|", "\\|")
+        out.write("| " + " | ".join(map(cell, columns)) + " |\n|" + "---|" * len(columns) + "\n")
         for c in rows:
-            out.write("| " + " | ".join(c.values()) + " |\n")
+            out.write("| " + " | ".join(map(cell, c.values())) + " |\n")
     else:
         widths = {k: max(len(k), *(len(c[k]) for c in rows)) for k in columns}
         out.write("  ".join(k.ljust(widths[k]) for k in columns).rstrip() + "\n")

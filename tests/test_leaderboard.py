@@ -5,6 +5,7 @@ import pytest
 
 import glob
 import json
+import re
 import multiprocessing
 import signal
 import subprocess
@@ -271,3 +272,20 @@ def test_wall_curves_draw_each_sweeps_curve_against_minutes(tmp_path, capsys):
     assert "run fast-0 has no curve train/loss; its curves: eval/accuracy" in capsys.readouterr().err
     assert leaderboard.main(["--results-dir", str(store), "--plot", str(out), "--wall-curves", "none"]) == 2
     assert "no runs of a sweep named 'none'" in capsys.readouterr().err
+
+
+def test_a_pipe_in_a_combination_stays_in_its_markdown_cell(tmp_path, capsys):
+    """A sweep parameter holding a regular expression (VGG's --init-tensors 'a|b') is one cell of the markdown
+    table, its "|" escaped, so each row has as many cells as the header."""
+    store = tmp_path / "results"
+    store.mkdir()
+    for pattern in ("fc6|fc7", "fc8"):
+        for seed in (0, 1):
+            run = fake(f"{pattern}-{seed}", "vgg", 0.9 + seed / 100, sweep={"name": "deep", "combination": {
+                "paper": "vgg", "init-tensors": pattern, "seed": seed}})
+            (store / f"{pattern.replace('|', '_')}-{seed}.json").write_text(json.dumps(run))
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "deep", "--format", "markdown"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    cells = [len([c for c in re.split(r"(?<!\\)\|", line)]) for line in rows]
+    assert len(rows) == 4 and len(set(cells)) == 1, rows
+    assert any("init-tensors=fc6\\|fc7" in line for line in rows)
