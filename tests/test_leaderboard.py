@@ -5,8 +5,8 @@ import pytest
 
 import glob
 import json
-import re
 import multiprocessing
+import re
 import signal
 import subprocess
 import sys
@@ -286,6 +286,6 @@ def test_a_pipe_in_a_combination_stays_in_its_markdown_cell(tmp_path, capsys):
             (store / f"{pattern.replace('|', '_')}-{seed}.json").write_text(json.dumps(run))
     assert leaderboard.main(["--results-dir", str(store), "--sweep", "deep", "--format", "markdown"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    cells = [len([c for c in re.split(r"(?<!\\)\|", line)]) for line in rows]
+    cells = [len(re.split(r"(?<!\\)\|", line)) for line in rows]  # split at each unescaped "|"
     assert len(rows) == 4 and len(set(cells)) == 1, rows
     assert any("init-tensors=fc6\\|fc7" in line for line in rows)
