@@ -282,7 +282,9 @@ class Measure:
 
 def sweep_runs(results: list[dict], name: str | list[str]) -> tuple[list[dict], dict]:
     """A sweep's runs (or those of several sweeps, one experiment's parts: a claim's arms in two files), and the
-    parameters that have one value in all of them (shown once, not per row)."""
+    parameters that have one value in all of them (shown once, not per row). Of several sweeps, a parameter
+    that one of them sets to one value and the others leave out (VGG's deeper nets' --init) is shown once too,
+    "(in that sweep only)", unless two arms would differ by it alone."""
     wanted = [name] if isinstance(name, str) else list(name)
     runs = [r for r in results if (r.get("sweep") or {}).get("name") in wanted]
     found = {r["sweep"]["name"] for r in runs}
@@ -292,6 +294,12 @@ def sweep_runs(results: list[dict], name: str | list[str]) -> tuple[list[dict], 
                           f"{', '.join(names) or 'none'}")
     params = [r["sweep"].get("combination", {}) for r in runs]
     fixed = {k: v for k, v in params[0].items() if k != "seed" and all(p.get(k, k) == v for p in params)}
+    arms = lambda drop: len({json.dumps({k: v for k, v in p.items() if k not in drop and k != "seed"},
+                                        sort_keys=True) for p in params})
+    for k in dict.fromkeys(k for p in params for k in p if k not in fixed and k != "seed"):
+        setting = [(r["sweep"]["name"], p[k]) for r, p in zip(runs, params) if k in p]
+        if len({json.dumps(v) for _, v in setting}) == 1 and arms({*fixed, k}) == arms(set(fixed)):
+            fixed[k] = f"{setting[0][1]} (in {', '.join(sorted({n for n, _ in setting}))} only)"
     return runs, fixed
 
 

@@ -289,3 +289,25 @@ def test_a_pipe_in_a_combination_stays_in_its_markdown_cell(tmp_path, capsys):
     cells = [len(re.split(r"(?<!\\)\|", line)) for line in rows]  # split at each unescaped "|"
     assert len(rows) == 4 and len(set(cells)) == 1, rows
     assert any("init-tensors=fc6\\|fc7" in line for line in rows)
+
+
+def test_a_parameter_of_one_sweep_only_is_shown_once_unless_it_tells_two_arms_apart(tmp_path, capsys):
+    """--sweep A B: a parameter that B sets to one value and A leaves out (VGG's deeper nets' --init) goes to the
+    header, "(in B only)", not into each of B's rows; where it is all that tells two arms apart, it stays."""
+    store = tmp_path / "results"
+    store.mkdir()
+    arms = [("shallow", {"flavor": "A"}), ("deep", {"flavor": "B", "init": "runs/A"}), ("twin", {"flavor": "A"}),
+            ("twin-init", {"flavor": "A", "init": "runs/A"})]
+    for name, combination in arms:
+        for seed in (0, 1):
+            run = fake(f"{name}-{seed}", "vgg", 0.9 + seed / 100, sweep={"name": name, "combination": {
+                "paper": "vgg", "seed": seed} | combination})
+            (store / f"{name}-{seed}.json").write_text(json.dumps(run))
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "shallow", "deep", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "init=runs/A (in deep only)" in out.splitlines()[0]
+    assert {line.split(" | ")[1] for line in out.splitlines()[4:]} == {"flavor=A", "flavor=B"}
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "twin", "twin-init", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "init=" not in out.splitlines()[0]
+    assert {line.split(" | ")[1] for line in out.splitlines()[4:]} == {"-", "init=runs/A"}
