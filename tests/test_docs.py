@@ -502,7 +502,9 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
     # --sweep A B: several sweeps' runs together
     "  standalone runs (`--include-sweeps` ranks them too).\n": "  standalone runs (`--include-sweeps` ranks them too). "
         "`--sweep A B` shows\n  the runs of several sweeps together, as one experiment's arms written in two\n  files (a "
-        "claim's second arm, say), each combination a row.\n",
+        "claim's second arm, say), each combination a row. A parameter that\n  one of them sets to one value and the "
+        "others leave out (VGG's deeper nets'\n  `--init`) is shown once above the table, \"(in that sweep only)\", not "
+        "in each\n  row, unless it alone tells two rows apart.\n",
     "`<!-- leaderboard:NAME:end -->`.": "`<!-- leaderboard:NAME:end -->` (for\n  several sweeps, NAME is their names "
         "joined by `+`).",
     # --init RUN_DIR and --init-tensors: a row of their own under --init REF
