@@ -53,7 +53,8 @@ WEAKEST_FIRST = (NOT_RUN, OPPOSITE, NO_EFFECT, NOT_DECIDED, SMALLER, HOLDS)
 PAIR = re.compile(r"\s*(.+?)\s+([<>=])\s+(.+?)\s*")
 KEYS = {"paper", "title", "statement", "where", "written", "metric", "reach", "file", "scale", "best_over",
         "paired", "arms", "claims", "stated_after_results", "part_of", "reading"}
-BLOCKS = {"README.md": "claims", "docs/claims.md": "claims:pairs"}  # file: the name of its markers
+BLOCKS = {"claims": "README.md", "claims:pairs": "docs/claims.md", "claims:real-data": "docs/claims.md"}  # markers: file
+REAL = "-fashion-mnist"  # FILE-fashion-mnist.yaml beside FILE.yaml: FILE's claims run again on real data
 
 
 # ---------------------------------------------------------------- the hypothesis
@@ -431,9 +432,49 @@ def pairs_table(all_judged) -> str:
     return "\n".join(rows)
 
 
+def again_on_real_data(all_judged) -> list[tuple[tuple, tuple]]:
+    """(first, again): each claim file FILE-fashion-mnist.yaml with claims of its own, and FILE.yaml beside
+    it, the same claims on the data they first ran on; their claims are in the same order."""
+    judged = {h.path: (h, js) for h, js in all_judged}
+    out = []
+    for h, js in all_judged:
+        first = judged.get(h.path.with_name(h.path.stem.removesuffix(REAL) + ".yaml"))
+        if h.path.stem.endswith(REAL) and js and first:
+            if len(first[1]) != len(js):
+                raise ConfigError(f"{h.path}: {len(js)} claims where {first[0].path.name} has {len(first[1])}: "
+                                  "a claim run again on Fashion-MNIST keeps the order of the first file's")
+            out.append((first, (h, js)))
+    return out
+
+
+def dataset_of(h: Hypothesis) -> str:
+    import yaml
+
+    dataset = (yaml.safe_load(h.path.read_text()).get("parameters") or {}).get("dataset") or {}
+    return str(dataset.get("value", "its data"))
+
+
+def real_data_table(all_judged) -> str:
+    """One row a claim run again on Fashion-MNIST: its verdict on the first data and on Fashion-MNIST, and
+    the pairs whose own verdict changed (a pair not run yet on Fashion-MNIST has not changed)."""
+    rows = ["| paper | claim | first data | its verdict there | on Fashion-MNIST | pairs whose verdict changed |",
+            "|---|---|---|---|---|---|"]
+    for (h0, js0), (h1, js1) in again_on_real_data(all_judged):
+        for j0, j1 in zip(js0, js1):
+            before = {str(c.pair): c.verdict for c in j0.pairs}
+            changed = [f"{c.pair}: {before[str(c.pair)]} to {c.verdict}" for c in j1.pairs
+                       if before.get(str(c.pair), c.verdict) != c.verdict and c.verdict != NOT_RUN]
+            after = j1.verdict if j1.verdict in (j0.verdict, NOT_RUN) else f"**{j1.verdict}**"
+            link = f"[{h1.path.stem}]({os.path.relpath(hypothesis_file(h1.path), ROOT / 'docs')})"
+            rows.append(f"| {h1.spec['paper']} ({link}) | {j0.claim.label} | {dataset_of(h0)} | {j0.verdict} | {after} "
+                        f"| {'; '.join(changed) or '-'} |")
+    return "\n".join(rows)
+
+
 def blocks(all_judged) -> dict[str, str]:
-    """{file: the text between its markers}."""
-    return {"README.md": readme_table(all_judged), "docs/claims.md": pairs_table(all_judged)}
+    """{the name of a block's markers: the text between them}."""
+    return {"claims": readme_table(all_judged), "claims:pairs": pairs_table(all_judged),
+            "claims:real-data": real_data_table(all_judged)}
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -447,9 +488,9 @@ def replace_block(content: str, text: str, name: str, where: str = "the file") -
 
 
 def stale(all_judged, root: Path = ROOT) -> list[str]:
-    """The files whose claims block is not what --write would write today."""
-    return [name for name, text in blocks(all_judged).items()
-            if (content := (root / name).read_text()) != replace_block(content, text, BLOCKS[name], name)]
+    """The files whose claims blocks are not what --write would write today."""
+    return sorted({BLOCKS[name] for name, text in blocks(all_judged).items()
+                   if (content := (root / BLOCKS[name]).read_text()) != replace_block(content, text, name, BLOCKS[name])})
 
 
 VERDICT_LINE = re.compile(r"\*\*Verdict: (.+?)\.?\*\*", re.S)
@@ -505,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--all", action="store_true", help="every claim in papers/*/claims/")
     v.add_argument("--results-dir", type=Path, default=ROOT / "results", help="the local results store")
     v.add_argument("--write", action="store_true",
-                   help="with --all: rewrite README.md's claims table and docs/claims.md's table of pairs")
+                   help="with --all: rewrite README.md's claims table and docs/claims.md's tables of pairs and of the "
+                        "claims run again on Fashion-MNIST")
     return p
 
 
@@ -520,9 +562,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n\n".join(report(h, js) for h, js in all_judged))
         if args.write:
             for name, text in blocks(all_judged).items():
-                path = ROOT / name
-                path.write_text(replace_block(path.read_text(), text, BLOCKS[name], name))
-                print(f"wrote the claims block of {name}")
+                path = ROOT / BLOCKS[name]
+                path.write_text(replace_block(path.read_text(), text, name, BLOCKS[name]))
+                print(f"wrote the {name} block of {BLOCKS[name]}")
     except (ConfigError, OSError) as e:
         print(f"claims: error: {e}", file=sys.stderr)
         return 2

@@ -210,7 +210,7 @@ def test_the_written_blocks_are_what_the_tool_writes(judged, tmp_path):
     nothing; a block edited by hand (or left behind by new runs) is found."""
     assert claims.stale(judged) == [], "stale: run python -m common.claims verdict --all --write"
     (tmp_path / "docs").mkdir()
-    for name in claims.BLOCKS:
+    for name in set(claims.BLOCKS.values()):
         shutil.copy(ROOT / name, tmp_path / name)
     readme = tmp_path / "README.md"
     readme.write_text(readme.read_text().replace("| not decided |", "| holds |", 1))
@@ -228,3 +228,30 @@ def test_notes_and_docs_write_the_tools_verdict(judged):
         entry = re.search(rf"^- \[[^\]]+\]\(\.\./papers/{name}/README\.md#the-claim-tested\)(.*?)(?=^- |\Z)",
                           listing, re.S | re.M)
         assert entry and claims.written_verdict(entry[1]) == expected, f"docs/claims.md, {name}"
+
+
+def test_a_claim_run_again_on_fashion_mnist_is_set_beside_its_first_verdict(tmp_path):
+    """FILE-fashion-mnist.yaml beside FILE.yaml: docs/claims.md's table of what real data changed gives
+    each claim's verdict on both and the pairs whose verdict changed; the claims must be in the same order."""
+    first = made_up(tmp_path, one_pair_claims([("up > base", None, None), ("down < base", None, None)]))
+    folder = first.path.parent
+    (folder / "made-up-fashion-mnist.yaml").write_text(SWEEP.replace("name: made-up", "name: made-up-fm"))
+    hypothesis = (folder / "made-up.hypothesis.yaml").read_text().replace("{arm: up}", "{arm: noisy}")
+    (folder / "made-up-fashion-mnist.hypothesis.yaml").write_text(hypothesis)
+    for path in list((tmp_path / "results").glob("made-up-*.json")):
+        r = json.loads(path.read_text())
+        r["run_id"], r["sweep"]["name"] = "fm-" + r["run_id"], "made-up-fm"
+        (tmp_path / "results" / f"{r['run_id']}.json").write_text(json.dumps(r))
+    again = claims.load(folder / "made-up-fashion-mnist.yaml")
+    judged = [(h, verdicts(tmp_path, h)) for h in (first, again)]
+    assert [[j.verdict for j in js] for _, js in judged] == [["holds", "holds"], ["not decided", "holds"]]
+    (((h0, _), (h1, _)),) = claims.again_on_real_data(judged)
+    assert (h0.path.name, h1.path.name) == ("made-up.yaml", "made-up-fashion-mnist.yaml")
+    rows = claims.real_data_table(judged).splitlines()[2:]
+    assert len(rows) == 2
+    assert "| claim 0 | its data | holds | **not decided** | up > base: holds to not decided |" in rows[0]
+    assert "| claim 1 | its data | holds | holds | - |" in rows[1]
+    (folder / "made-up-fashion-mnist.hypothesis.yaml").write_text(hypothesis.split("  - label: claim 1")[0])
+    again = claims.load(folder / "made-up-fashion-mnist.yaml")
+    with pytest.raises(ConfigError, match="1 claims where made-up.yaml has 2"):
+        claims.again_on_real_data([judged[0], (again, verdicts(tmp_path, again))])
