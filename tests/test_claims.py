@@ -98,6 +98,14 @@ def test_densenets_parameter_fraction_is_read_off_its_curve(tmp_path):
     assert [round(q["params_ratio"], 3) for q in pairs] == [6.0, 6.0, 3.125]
     assert [round(q["difference"], 6) for q in pairs] == [-0.1, -0.1, -0.1] and pairs[0]["high"] < 0
     assert (tmp_path / "figure-3.png").stat().st_size > 10_000
+    # --data fashion-mnist reads the Fashion-MNIST sweeps' runs (none yet: refused) and writes its own files
+    assert params_figure.main(["--data", "fashion-mnist", "--results-dir", str(tmp_path), "--out", str(tmp_path)]) == 2
+    runs("densenet-figure-3-fashion-mnist", [(1000, 0.8), (4000, 0.85), (16000, 0.9)])
+    runs("densenet-figure-3-fashion-mnist-resnet", [(2000, 0.8), (8000, 0.9), (32000, 0.95)])
+    assert params_figure.main(["--data", "fashion-mnist", "--results-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    fashion = json.loads((tmp_path / "figure-3-fashion-mnist.json").read_text())
+    assert [round(q["difference"], 6) for q in fashion["pairs"]] == [0.0, -0.05, -0.05]
+    assert abs(fashion["fractions"][0]["fraction"] - 0.5) < 1e-9 and json.loads((tmp_path / "figure-3.json").read_text()) == saved
 
 
 CLAIM_FILES = sorted(ROOT.glob("papers/*/claims/*.json"))

@@ -1,8 +1,9 @@
 """DenseNet against ResNet, accuracy against parameters (Figure 3): the runs of the sweeps densenet-figure-3
-and densenet-figure-3-resnet (figure-3.yaml and figure-3-resnet.yaml beside this file), read from the
-results store; no run directory needed.
+and densenet-figure-3-resnet (figure-3.yaml and figure-3-resnet.yaml beside this file), or with
+`--data fashion-mnist` those of figure-3-fashion-mnist.yaml and figure-3-fashion-mnist-resnet.yaml, read
+from the results store; no run directory needed.
 
-    python -m papers.densenet.claims.params_figure [--results-dir results]
+    python -m papers.densenet.claims.params_figure [--data fashion-mnist] [--results-dir results]
 
 Prints each width's parameters and mean test accuracy with its 95% interval; then the pairs fixed in
 figure-3.yaml before any run (each DenseNet against the ResNet with about twice its parameters: DenseNet
@@ -10,7 +11,7 @@ minus ResNet, Welch's interval); then, for each ResNet, the parameters a DenseNe
 mean accuracy (DenseNet's means joined by straight lines in log parameters) as a fraction of the ResNet's,
 with a bootstrap interval over the seeds (each width's seeds drawn again with replacement, 2,000 times: a
 rough interval with three seeds, said so in the note). Writes every run's number to figure-3.json and the
-figure to figure-3.png beside this file.
+figure to figure-3.png beside this file (figure-3-fashion-mnist.json and .png with --data fashion-mnist).
 """
 
 import argparse
@@ -22,19 +23,26 @@ from pathlib import Path
 
 from common import seeds
 from common.claims import provenance
+from common.errors import ConfigError
 from common.leaderboard import local_results, sweep_runs
 
 HERE = Path(__file__).parent
-SWEEPS = {"densenet": "densenet-figure-3", "resnet": "densenet-figure-3-resnet"}
+DATA = {"shapes": ("", "the shapes"), "fashion-mnist": ("-fashion-mnist", "Fashion-MNIST")}  # sweep suffix, title
 NAMES = {"densenet": "DenseNet-BC-22", "resnet": "ResNet-20"}
 DRAWS = 2000
 FONTS = {"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}  # the figure is shown at its own size
 
 
-def measure(results: list[dict]) -> dict:
+def sweeps(data: str = "shapes") -> dict[str, str]:
+    """{model: its sweep's name} on this data."""
+    suffix = DATA[data][0]
+    return {"densenet": f"densenet-figure-3{suffix}", "resnet": f"densenet-figure-3{suffix}-resnet"}
+
+
+def measure(results: list[dict], data: str = "shapes") -> dict:
     """{model: [{setting, params, accuracies, run_ids}], by parameters} of both sweeps' runs."""
     record = {}
-    for model, sweep in SWEEPS.items():
+    for model, sweep in sweeps(data).items():
         runs, _ = sweep_runs(results, sweep)
         widths = {}
         for r in sorted(runs, key=lambda r: r["config"]["seed"]):
@@ -71,7 +79,7 @@ def fractions(record: dict, accuracies: dict | None = None) -> list[float | None
 def summary(record: dict) -> dict:
     widths = [{"model": m, "setting": w["setting"], "params": w["params"], "runs": len(w["accuracies"]),
                **dict(zip(("mean", "std", "n", "low", "high"), seeds.summarize(w["accuracies"])))}
-              for m in SWEEPS for w in record[m]]
+              for m in record for w in record[m]]
     pairs = []
     for d, r in zip(record["densenet"], record["resnet"]):
         diff, low, high = seeds.welch(d["accuracies"], r["accuracies"])
@@ -90,7 +98,7 @@ def summary(record: dict) -> dict:
     return {"widths": widths, "pairs": pairs, "fractions": ratios}
 
 
-def plot(record: dict, out: Path) -> None:
+def plot(record: dict, out: Path, data: str = "shapes") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,7 +117,7 @@ def plot(record: dict, out: Path) -> None:
                            alpha=0.6)
         ax.set_xscale("log")
         ax.set(xlabel="parameters", ylabel="test accuracy",
-               title="Accuracy against parameters on the shapes (3 epochs)")
+               title=f"Accuracy against parameters on {DATA[data][1]} (3 epochs)")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15))  # below: it hid the last point
         ax.grid(alpha=0.3, which="both")
         fig.tight_layout()
@@ -120,18 +128,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m papers.densenet.claims.params_figure",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--results-dir", default="results", help="the results store holding both sweeps' runs")
-    p.add_argument("--out", default=str(HERE), help="where figure-3.json and figure-3.png go")
+    p.add_argument("--data", choices=sorted(DATA), default="shapes", help="whose sweeps: the shapes' or Fashion-MNIST's")
+    p.add_argument("--out", default=str(HERE), help="where figure-3[-fashion-mnist].json and .png go")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    record = measure(local_results(args.results_dir))
+    try:
+        record = measure(local_results(args.results_dir), args.data)
+    except ConfigError as e:
+        print(f"params_figure: error: {e}", file=sys.stderr)
+        return 2
     result = summary(record)
-    out = Path(args.out)
+    out, stem = Path(args.out), "figure-3" + DATA[args.data][0]
     written = provenance(i for widths in record.values() for w in widths for i in w["run_ids"])
-    (out / "figure-3.json").write_text(json.dumps({"provenance": written, "runs": record, **result}, indent=1) + "\n")
-    plot(record, out / "figure-3.png")
+    (out / f"{stem}.json").write_text(json.dumps({"provenance": written, "runs": record, **result}, indent=1) + "\n")
+    plot(record, out / f"{stem}.png", args.data)
     print("| net | width | parameters | test accuracy (95% interval) |\n|---|---|---|---|")
     for w in result["widths"]:
         print(f"| {NAMES[w['model']]} | {w['setting']} | {w['params']:,} | {w['mean']:.3f} [{w['low']:.3f}, "
