@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from common import seeds
+from common.claims import replace_block, seed_count
 from common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +61,7 @@ def _thousands(x: float) -> str:
 def row(paper: str, sweep: dict, runs: list[dict]) -> str:
     """One paper's row from its sweep file and its runs in results/ (any order)."""
     name, published = PAPERS[paper]
-    planned = seeds_of(sweep)
+    planned = seed_count(sweep)
     runs = sorted(runs, key=lambda r: r["sweep"]["combination"].get("seed", 0))
     if not runs:
         return f"| {name} | not run yet (`sweeps/{SWEEPS}{paper}.yaml`) | | | | | {published} |"
@@ -78,11 +79,6 @@ def row(paper: str, sweep: dict, runs: list[dict]) -> str:
             f"| {_thousands(sum(speed) / len(speed))} ({' / '.join(map(_thousands, speed))}) | {published} |")
 
 
-def seeds_of(sweep: dict) -> int:
-    seed = (sweep.get("parameters") or {}).get("seed") or {}
-    return len(seed.get("values", [None]))
-
-
 def table(results: list[dict], root: Path = ROOT) -> str:
     import yaml
 
@@ -96,8 +92,6 @@ def table(results: list[dict], root: Path = ROOT) -> str:
 
 def stale(results: list[dict], root: Path = ROOT) -> bool:
     """Whether the page's table is not what --write would write today."""
-    from common.claims import replace_block
-
     content = (root / PAGE).read_text()
     return content != replace_block(content, table(results, root), BLOCK, PAGE)
 
@@ -110,7 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.claims import replace_block
     from common.leaderboard import local_results
 
     args = build_parser().parse_args(argv)
