@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from common import seeds
-from common.claims import replace_block, seed_count
+from common.claims import replace_block, seed_count, write_block
 from common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,9 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         text = table(local_results(args.results_dir))
         print(text)
         if args.write:
-            path = ROOT / PAGE
-            path.write_text(replace_block(path.read_text(), text, BLOCK, PAGE))
-            print(f"wrote the {BLOCK} block of {PAGE}")
+            write_block(PAGE, BLOCK, text)
     except (ConfigError, OSError) as e:
         print(f"benchmark_table: error: {e}", file=sys.stderr)
         return 2

@@ -487,6 +487,13 @@ def replace_block(content: str, text: str, name: str, where: str = "the file") -
     return replace_between(content, *markers(name), text, where)
 
 
+def write_block(file: str, name: str, text: str) -> None:
+    """Replace the text between a file's `<!-- NAME:start -->` and `<!-- NAME:end -->` markers, and say so."""
+    path = ROOT / file
+    path.write_text(replace_block(path.read_text(), text, name, file))
+    print(f"wrote the {name} block of {file}")
+
+
 def stale(all_judged, root: Path = ROOT) -> list[str]:
     """The files whose claims blocks are not what --write would write today."""
     return sorted({BLOCKS[name] for name, text in blocks(all_judged).items()
@@ -562,9 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n\n".join(report(h, js) for h, js in all_judged))
         if args.write:
             for name, text in blocks(all_judged).items():
-                path = ROOT / BLOCKS[name]
-                path.write_text(replace_block(path.read_text(), text, name, BLOCKS[name]))
-                print(f"wrote the {name} block of {BLOCKS[name]}")
+                write_block(BLOCKS[name], name, text)
     except (ConfigError, OSError) as e:
         print(f"claims: error: {e}", file=sys.stderr)
         return 2
