@@ -121,10 +121,11 @@ def test_row_i_times_each_loader_and_worker_count_against_each_image_papers_mode
     assert [(r[1], r[2]) for r in rows] == [(d, w) for d in ("imagefolder", "wds", "hf") for w in ("0", "1", "2")]
     for r in rows:
         loader, model, ratio = (float(c.replace(",", "")) for c in r[3:6])
-        # the table rounds samples/s to whole numbers and the ratio to 3 decimals: the ratio of the unrounded
-        # figures lies between those of the rounded ones moved half a unit (a busy machine's model row: 12/s)
+        # the table rounds samples/s to whole numbers and the ratio to 2 decimals (common.bench_loader): the
+        # ratio of the unrounded figures lies between those of the rounded ones moved half a unit, and the
+        # printed ratio within half a hundredth of it (a busy machine's model row: 12/s, ratios near 20)
         assert len(r) == 6 and loader > 0 and model > 0.5
-        assert (loader - 0.5) / (model + 0.5) - 0.0005 <= ratio <= (loader + 0.5) / (model - 0.5) + 0.0005
+        assert (loader - 0.5) / (model + 0.5) - 0.005 <= ratio <= (loader + 0.5) / (model - 0.5) + 0.005
 
 
 def test_progress_goes_to_stderr_a_line_per_row_and_paper_and_ctrl_c_prints_what_was_measured(capsys, monkeypatch):
