@@ -453,9 +453,11 @@ def plot_wall(out: Path, results: list[dict], sweeps: list[str], curve: str) -> 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    datasets: dict[str, None] = {}  # each sweep's data set, in order, for the title
     for name in sweeps:
         runs, _ = sweep_runs(results, name)
         lines = [wall_points(r, curve) for r in runs]
+        datasets[runs[0]["dataset"]] = None
         color = ax.plot([], [])[0].get_color()
         for line in lines:
             ax.plot(*zip(*line), color=color, alpha=0.25, linewidth=0.8)
@@ -465,7 +467,7 @@ def plot_wall(out: Path, results: list[dict], sweeps: list[str], curve: str) -> 
         label = f"{runs[0]['paper']} {runs[0]['flavor']}: {mean[-1][1]:.4f} (mean of {len(runs)})"
         ax.plot(*zip(*mean), color=color, marker="o", markersize=3, label=label)
     ax.set(xlabel="wall time, minutes (each run's steps at its mean rate)", ylabel=curve,
-           title=f"{curve} against wall time, {runs[0]['dataset']}")
+           title=f"{curve} against wall time, {' and '.join(datasets)}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
