@@ -268,7 +268,7 @@ class Figure1Net(nn.Module):
 # pools at 32 -> 15 -> 7 -> 3, fc6 and fc7 of 256 units. The paper's N(0, 0.01) weights are sized
 # for its widths: at tiny's the signal fades to nothing before fc8 and training stalls at chance
 # (the loss stayed at ln 10 for two epochs of shapes at learning rates 1e-3, 3e-4 and 1e-4), so tiny
-# starts from PyTorch's layer defaults, as torchvision's AlexNet does.
+# starts from He et al.'s N(0, 2 / fan_in) weights with zero biases (init="he").
 PAPER = dict(num_classes=1000, img_size=224)
 TORCHVISION = dict(num_classes=1000, img_size=224, widths=(64, 192, 384, 256, 256), groups=(1,) * 5, lrn=False,
                    adaptive_pool=6, dropout_before=True, init="torchvision")
