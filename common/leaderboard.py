@@ -453,19 +453,21 @@ def plot_wall(out: Path, results: list[dict], sweeps: list[str], curve: str) -> 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     datasets: dict[str, None] = {}  # each sweep's data set, in order, for the title
-    for name in sweeps:
+    for i, name in enumerate(sweeps):
         runs, _ = sweep_runs(results, name)
         lines = [wall_points(r, curve) for r in runs]
         datasets[runs[0]["dataset"]] = None
-        color = ax.plot([], [])[0].get_color()
+        # Past the colour cycle's length, the same colours again with another line style and marker.
+        color, (style, marker) = colors[i % len(colors)], [("-", "o"), ("--", "s"), (":", "^")][i // len(colors) % 3]
         for line in lines:
             ax.plot(*zip(*line), color=color, alpha=0.25, linewidth=0.8)
         n = min(len(line) for line in lines)
         mean = [(sum(line[i][0] for line in lines) / len(lines), sum(line[i][1] for line in lines) / len(lines))
                 for i in range(n)]
         label = f"{runs[0]['paper']} {runs[0]['flavor']}: {mean[-1][1]:.4f} (mean of {len(runs)})"
-        ax.plot(*zip(*mean), color=color, marker="o", markersize=3, label=label)
+        ax.plot(*zip(*mean), color=color, linestyle=style, marker=marker, markersize=3, label=label)
     ax.set(xlabel="wall time, minutes (each run's steps at its mean rate)", ylabel=curve,
            title=f"{curve} against wall time, {' and '.join(datasets)}")
     ax.grid(alpha=0.3)
