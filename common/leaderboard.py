@@ -379,8 +379,13 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 0.4 * len(groups) + 3.2),
                                       gridspec_kw={"width_ratios": [1, 1.3]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+    def label_of(params: dict, runs: list[dict]) -> str:
+        # a combination that sets nothing (a claim's arm that is another sweep's defaults) is named by its sweep
+        return seeds.describe(params) or (runs[0].get("sweep") or {}).get("name") or name
+
     for i, (params, runs, values) in enumerate(groups):
-        color, label = colors[i % len(colors)], seeds.describe(params) or name
+        color, label = colors[i % len(colors)], label_of(params, runs)
         y = len(groups) - 1 - i
         if values:
             s = seeds.summarize(values)
@@ -395,7 +400,7 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
             x, mean, std = np.array(steps) / per_epoch, ys.mean(0), ys.std(0, ddof=1) if len(ys) > 1 else 0 * ys[0]
             right.plot(x, mean, color=color, label=f"{label} (n {len(ys)})")
             right.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
-    left.set_yticks(range(len(groups)), [seeds.describe(g[0]) or name for g in reversed(groups)], fontsize=9)
+    left.set_yticks(range(len(groups)), [label_of(g[0], g[1]) for g in reversed(groups)], fontsize=9)
     left.set(xlabel=f"{measure.label(groups[0][1][0])} (dots: seeds; bars: 95% interval)")
     left.grid(alpha=0.3)
     if measure.reach and measure.reach[0] == curve:

@@ -311,3 +311,34 @@ def test_a_parameter_of_one_sweep_only_is_shown_once_unless_it_tells_two_arms_ap
     out = capsys.readouterr().out
     assert "init=" not in out.splitlines()[0]
     assert {line.split(" | ")[1] for line in out.splitlines()[4:]} == {"-", "init=runs/A"}
+
+
+def test_figures_name_each_arm_and_tell_the_eleventh_curve_from_the_first(tmp_path, monkeypatch):
+    """A claim's arm that is another sweep's defaults (it sets nothing) is named by its sweep, not by the
+    joined names; past the ten colours of the cycle, --wall-curves draws the same colours dashed."""
+    from matplotlib.figure import Figure
+
+    store = tmp_path / "results"
+    store.mkdir()
+    for name, combination in (("base", {}), ("arm", {"model-kwargs": "shift=false"})):
+        for seed in (0, 1):
+            run = fake(f"{name}-{seed}", "swin", 0.8 + seed / 100, steps=100, steps_per_epoch=50, epochs=2,
+                       sweep={"name": name, "combination": {"paper": "swin", "seed": seed} | combination},
+                       curves={"eval/accuracy": [[50, 0.7], [100, 0.8 + seed / 100]]})
+            (store / f"{name}-{seed}.json").write_text(json.dumps(run))
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "base", "arm", "--plot",
+                             str(tmp_path / "claim.png"), "--curve", "eval/accuracy"]) == 0
+    ticks = [t.get_text() for t in drawn[-1].axes[0].get_yticklabels()]
+    assert sorted(ticks) == ["base", "model-kwargs=shift=false"]
+    for i in range(11):
+        for seed in (0, 1):
+            run = fake(f"w{i}-{seed}", "vit", 0.9, wall_s=60.0, steps=100, sweep={"name": f"w{i}", "combination":
+                       {"seed": seed}}, curves={"eval/accuracy": [[50, 0.8], [100, 0.9]]})
+            (store / f"w{i}-{seed}.json").write_text(json.dumps(run))
+    assert leaderboard.main(["--results-dir", str(store), "--plot", str(tmp_path / "wall.png"), "--wall-curves",
+                             *[f"w{i}" for i in range(11)], "--curve", "eval/accuracy"]) == 0
+    means = [line for line in drawn[-1].axes[0].get_lines() if line.get_label().startswith("vit")]
+    assert [line.get_linestyle() for line in means] == ["-"] * 10 + ["--"]
+    assert means[10].get_color() == means[0].get_color()
