@@ -469,8 +469,8 @@ def plot_wall(out: Path, results: list[dict], sweeps: list[str], curve: str) -> 
         for line in lines:
             ax.plot(*zip(*line), color=color, alpha=0.25, linewidth=0.8)
         n = min(len(line) for line in lines)
-        mean = [(sum(line[i][0] for line in lines) / len(lines), sum(line[i][1] for line in lines) / len(lines))
-                for i in range(n)]
+        mean = [(sum(line[j][0] for line in lines) / len(lines), sum(line[j][1] for line in lines) / len(lines))
+                for j in range(n)]
         label = f"{runs[0]['paper']} {runs[0]['flavor']}: {mean[-1][1]:.4f} (mean of {len(runs)})"
         ax.plot(*zip(*mean), color=color, linestyle=style, marker=marker, markersize=3, label=label)
     ax.set(xlabel="wall time, minutes (each run's steps at its mean rate)", ylabel=curve,
