@@ -69,6 +69,15 @@ def test_the_link_checker_reports_a_broken_link_and_a_broken_anchor(tmp_path):
     assert docs.broken_links(copy) == ["strategy.md#activation-checkpointing: no such file"]
 
 
+def test_a_fence_inside_a_list_item_hides_its_backticks_and_not_the_links_after_it():
+    """A fenced block indented under a list item is code, as on GitHub: its backticks open no code span
+    that would swallow the next links (a note's links went unchecked, and its sweep file left off the
+    site, that way)."""
+    text = "- a figure:\n\n   ```\n   a | b `\n   ```\n\nsee `x` and [the sweep](claims/s.yaml), `y`\n"
+    assert docs.links(text) == ["claims/s.yaml"]
+    assert docs.links("```\n[not a link](a.md)\n```\n[a link](b.md)") == ["b.md"]
+
+
 def test_anchors_follow_githubs_rules():
     text = "# Language models: GPT on Python's documentation\n## `--ac` and faster_rcnn\n## Notes\n## Notes\n" \
            "```\n# not a heading\n```\n"
