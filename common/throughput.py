@@ -14,7 +14,7 @@ matrix-multiply measurement at start.
 import time
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 # Dense peak TFLOP/s per device from the vendors' data sheets (without sparsity),
 # by the precision the matrix units run in: bf16/fp16, tf32, fp32.
@@ -29,6 +29,19 @@ PEAK_TFLOPS = {
 }
 
 
+def conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
+                        _output_padding, _groups, output_mask, out_shape=None, **kwargs) -> int:
+    """A convolution's backward: the input's gradient and the weight's each take the forward's multiply-adds.
+    torch 2.14's own formula counts the weight's gradient of a grouped convolution as if it had one group
+    (G times too many: 32 times for ResNeXt's 32 paths, C times for a depthwise convolution's C channels)."""
+    forward = conv_flop_count(x_shape, w_shape, grad_out_shape, transposed)
+    return forward * (bool(output_mask[0]) + bool(output_mask[1]))
+
+
+# the formulas that replace torch's own in every count of this module
+FORMULAS = {torch.ops.aten.convolution_backward: conv_backward_flops}
+
+
 def training_flops(build_model, inputs, targets, forward_loss) -> float:
     """FLOPs of one forward and backward pass over a batch, counted on the meta device.
 
@@ -40,14 +53,14 @@ def training_flops(build_model, inputs, targets, forward_loss) -> float:
     try:
         with torch.device("meta"):
             model = build_model()
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False, custom_mapping=FORMULAS) as counter:
             forward_loss(model, _to_meta(inputs), _to_meta(targets)).backward()
     except (NotImplementedError, RuntimeError):
         # a model whose work depends on the data (non-maximum suppression, matching boxes) cannot
         # run on the meta device: count one real step on the batch's device instead
         with torch.random.fork_rng(devices=[]):  # the run's random draws stay as they were
             model = build_model().to(_device(inputs))
-            with FlopCounterMode(display=False) as counter:
+            with FlopCounterMode(display=False, custom_mapping=FORMULAS) as counter:
                 forward_loss(model, inputs, targets).backward()
     return counter.get_total_flops()
 
@@ -72,7 +85,7 @@ def forward_macs(build_model, *inputs_shape: int) -> int:
     with torch.device("meta"):
         model = build_model().eval()
         x = torch.empty(1, *inputs_shape)
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
+    with FlopCounterMode(display=False, custom_mapping=FORMULAS) as counter, torch.no_grad():
         model(x)
     return counter.get_total_flops() // 2
 

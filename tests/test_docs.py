@@ -577,6 +577,16 @@ EDITS = {  # what moving it changed, besides link targets and heading levels
         "over shortcuts between expansions (Holm's -0.17 to +0.98) and 0.36 over none (-0.13 to +0.84). Every variant "
         "was still learning, its training accuracy no higher than its test accuracy (but in one run, by 0.002): at "
         "this budget the tiny net's capacity, not the variant, limits all four.",
+    # torch's FLOP count of a grouped convolution's weight gradient replaced by ours
+    "meta-device copy of the model; the peak comes from a table of known\naccelerators (H100, H200, A100, V100, L4) "
+    "or, on a CPU or an unknown device,\nfrom a 1024x1024 matrix product measured at start, and the log says which.":
+        "meta-device copy of the model, with one formula of our own: torch 2.14 counts the weight gradient of a "
+        "grouped or depthwise convolution as if it had one group (G times too many FLOPs for that term). Results of "
+        "commits up to 8f41804 carry torch's count, which overstates the FLOPs and MFU of the papers with such "
+        "convolutions: ResNeXt's, MobileNetV2's and ConvNeXt's Fashion-MNIST runs logged MFUs of 0.21 to 0.28, 0.86 "
+        "to 1.00 and 0.67 to 1.28 (`tests/test_speed.py` checks the count of a grouped convolution). The peak comes "
+        "from a table of known accelerators (H100, H200, A100, V100, L4) or, on a CPU or an unknown device, from a "
+        "1024x1024 matrix product measured at start, and the log says which.",
     # ConvNeXt's and Swin's default commands, run in full
     "| digits at 28x28 | not run yet (see its note) |": "| digits at 28x28 | accuracy 0.9611 (90 s, niced beside a "
         "2-process training run) |",

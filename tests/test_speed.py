@@ -23,6 +23,24 @@ def test_training_flops_count_forward_and_both_gradients():
     assert flops == 32 * (4 * 20 * 16 + 6 * 16 * 5)
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_grouped_convolution_counts_a_groups_share_of_the_flops(transposed):
+    """G groups are G convolutions of 1/G of the channels each: forward, input gradient and weight gradient
+    all G times fewer FLOPs than one group's (torch's own formula counted the weight gradient ungrouped).
+    A 1x1 convolution first, so that the grouped one computes its input's gradient too."""
+    x, y = torch.randn(4, 64, 14, 14), torch.randint(0, 5, (4,))
+    conv = nn.ConvTranspose2d if transposed else nn.Conv2d
+
+    def flops(groups: int) -> float:
+        return training_flops(lambda: nn.Sequential(nn.Conv2d(64, 64, 1, bias=False),
+                                                    conv(64, 64, 3, stride=2, padding=1, groups=groups, bias=False)),
+                              x, y, lambda m, x, y: m(x).mean())
+
+    first = 2 * (2 * 64 * 64 * 14 * 14 * 4)  # the 1x1's forward and weight gradient (its input needs none)
+    assert flops(32) - first == (flops(1) - first) / 32
+    assert flops(64) - first == (flops(1) - first) / 64
+
+
 def test_peak_comes_from_the_table_for_known_gpus_and_is_measured_elsewhere(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     peak, source = peak_flops(torch.device("cuda"), "bf16")
