@@ -57,12 +57,20 @@ def test_every_claims_sweep_file_validates(path, capsys, tmp_path):
     assert "all valid" in capsys.readouterr().out
 
 
+def claim_of(figure: Path) -> Path | None:
+    """The sweep file a claim's figure belongs to: <sweep>.png, or <sweep>-<what it shows>.png."""
+    words = figure.stem.split("-")
+    found = [figure.with_name("-".join(words[:k]) + ".yaml") for k in range(len(words), 0, -1)]
+    return next((f for f in found if f.exists()), None)
+
+
 @pytest.mark.parametrize("figure", FIGURES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_every_tested_claim_is_in_its_note_and_in_readme(figure):
     paper = figure.parent.parent
     note = (paper / "README.md").read_text()
     assert "## The claim, tested" in note and f"(claims/{figure.name})" in note
-    assert (figure.with_suffix(".yaml")).exists() and f"(claims/{figure.stem}.yaml)" in note
+    sweep_file = claim_of(figure)
+    assert sweep_file is not None and f"(claims/{sweep_file.name})" in note
     readme = (ROOT / "README.md").read_text()
     assert f"(papers/{paper.name}/README.md#the-claim-tested)" in readme
 
