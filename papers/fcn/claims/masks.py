@@ -55,6 +55,17 @@ def panel(picture, title: str):
     return framed
 
 
+def save_side_by_side(panels: list, out: Path, gap: int = 8) -> None:
+    """Pictures in one row, `gap` pixels apart, saved to `out`."""
+    from PIL import Image
+
+    row = Image.new("RGB", (sum(p.width for p in panels) + gap * (len(panels) - 1), max(p.height for p in panels)))
+    for i, p in enumerate(panels):
+        row.paste(p, (sum(q.width + gap for q in panels[:i]), 0))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    row.save(out)
+
+
 def draw(folder: Path, out: Path, seed: int = 0, index: int = 0) -> dict:
     """Draws the canvas, its true mask and each variant's into `out`; returns {"true" or variant: (H, W) classes}.
     SystemExit naming what is missing where a variant has no finished run of that seed."""
@@ -79,11 +90,7 @@ def draw(folder: Path, out: Path, seed: int = 0, index: int = 0) -> dict:
     masks |= {v: predicted(runs[v], image) for v in VARIANTS}
     titles = {"true": f"test canvas {index}: the truth"} | {v: f"FCN-{v}, seed {seed}" for v in VARIANTS}
     panels = [panel(draw_mask(grey, labels, canvas.CLASSES), titles[k]) for k, labels in masks.items()]
-    row = Image.new("RGB", (sum(p.width for p in panels) + 8 * (len(panels) - 1), max(p.height for p in panels)))
-    for i, p in enumerate(panels):
-        row.paste(p, (sum(q.width + 8 for q in panels[:i]), 0))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    row.save(out)
+    save_side_by_side(panels, out)
     return masks
 
 

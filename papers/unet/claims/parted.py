@@ -63,7 +63,7 @@ def draw(folder: Path, out: Path, seed: int = 0, index: int | None = None) -> di
     from common.data import canvas
     from common.data.collate import IGNORE_INDEX
     from common.predict import draw_mask, run_model
-    from papers.fcn.claims.masks import panel
+    from papers.fcn.claims.masks import panel, save_side_by_side
     from papers.unet.weights import target_weights
 
     data_dir = json.loads((runs["paper"] / "config.json").read_text()).get("data_dir")
@@ -89,11 +89,7 @@ def draw(folder: Path, out: Path, seed: int = 0, index: int | None = None) -> di
         names = ["background"] + [f"part {k + 1}" for k in range(len(parts))]
         pictures.append(panel(draw_mask(grey, drawn[arm]["parts"], names),
                               f"{TITLES[arm]}, seed {seed}: {m} of {len(truth)} parted"))
-    row = Image.new("RGB", (sum(p.width for p in pictures) + 8 * (len(pictures) - 1), max(p.height for p in pictures)))
-    for i, p in enumerate(pictures):
-        row.paste(p, (sum(q.width + 8 for q in pictures[:i]), 0))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    row.save(out)
+    save_side_by_side(pictures, out)
     return drawn
 
 
