@@ -156,6 +156,18 @@ def load(sweep_file: str | Path) -> Hypothesis:
     return Hypothesis(path, name, spec, arms, claims, planned)
 
 
+def arm_names(root: Path = ROOT) -> list[tuple[str, dict, str]]:
+    """(sweep, parameters, arm) of every claim's arm that picks its runs by their parameters (not a
+    re-evaluation file's): a sweep's figure names its combinations by them."""
+    named = []
+    for path in sweep_files(root):
+        h = load(path)
+        for arm, params in ({} if h.spec.get("file") else h.arms).items():
+            params = dict(params)
+            named.append((str(params.pop("sweep", h.sweep)), params, arm))
+    return named
+
+
 def seed_count(sweep: dict) -> int:
     """How many seeds a sweep file runs each combination with (1 where it names none)."""
     p = (sweep.get("parameters") or {}).get("seed")

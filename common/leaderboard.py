@@ -365,10 +365,28 @@ def versus(groups: list, param: str, measure: Measure, fmt: str) -> str:
     return out.getvalue()
 
 
-def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str) -> None:
+def arm_label(runs: list[dict], varying: dict, arms: list[tuple[str, dict, str]]) -> str | None:
+    """The name a claim's hypothesis gives these runs' combination (the arm of their sweep whose parameters
+    they all have, the most specific; two hypotheses' names for one arm joined by ' / '), with the varying
+    parameters the arm leaves open; None where no hypothesis names it."""
+    sweep = runs[0].get("sweep") or {}
+    combination = sweep.get("combination") or {}
+    fits = [(len(params), arm, params) for name, params, arm in arms if name == sweep.get("name")
+            and all(str(combination.get(k)) == str(v) for k, v in params.items())]
+    best = [fit for fit in fits if fit[0] == max(f[0] for f in fits)]
+    if not best:
+        return None
+    arm = " / ".join(dict.fromkeys(arm for _, arm, _ in best))
+    rest = seeds.describe({k: v for k, v in varying.items() if k not in best[0][2]})
+    return f"{arm}, {rest}" if rest else arm
+
+
+def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str,
+               arms: list[tuple[str, dict, str]] = ()) -> None:
     """Left: each combination's number, its seeds as dots and the 95% interval of their mean; right: the
     curve `curve` of each combination against the epoch, the mean of its seeds with a band of one
-    standard deviation (the runs' common steps)."""
+    standard deviation (the runs' common steps). A combination is named by its claim's arm where `arms`
+    (claims.arm_names()) has one, else by its parameters."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -380,9 +398,17 @@ def plot_sweep(out: Path, name: str, groups: list, measure: Measure, curve: str)
                                       gridspec_kw={"width_ratios": [1, 1.3]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
+    sweep_of = lambda runs: (runs[0].get("sweep") or {}).get("name")
+    taken: dict[tuple, set] = {}  # (sweep, parameter): the values it takes among that sweep's combinations
+    for params, runs, _ in groups:
+        for k, v in params.items():
+            taken.setdefault((sweep_of(runs), k), set()).add(str(v))
+
     def label_of(params: dict, runs: list[dict]) -> str:
-        # a combination that sets nothing (a claim's arm that is another sweep's defaults) is named by its sweep
-        return seeds.describe(params) or (runs[0].get("sweep") or {}).get("name") or name
+        # an arm's name, with what varies within its own sweep beside it; else the parameters; a combination
+        # that sets nothing (a claim's arm that is another sweep's defaults) is named by its sweep
+        varying = {k: v for k, v in params.items() if len(taken[sweep_of(runs), k]) > 1}
+        return arm_label(runs, varying, arms) or seeds.describe(params) or sweep_of(runs) or name
 
     for i, (params, runs, values) in enumerate(groups):
         color, label = colors[i % len(colors)], label_of(params, runs)
@@ -580,7 +606,9 @@ def sweep_main(args, results: list[dict]) -> str | None:
     measure = Measure(args.metric, args.reach, args.reach_in)
     groups, name = where(sweep_groups(results, args.sweep, measure), args.where), " + ".join(args.sweep)
     if args.plot:
-        plot_sweep(args.plot, name, groups, measure, args.curve)
+        from common import claims
+
+        plot_sweep(args.plot, name, groups, measure, args.curve, claims.arm_names())
         return None
     fixed = seeds.describe(sweep_runs(results, args.sweep)[1] | dict(_pairs(args.where)))
     text = f"Sweep {name}: {fixed or 'no parameter fixed'}; over seeds.\n\n" + render_sweep(groups, measure, args.format)

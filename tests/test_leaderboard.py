@@ -313,6 +313,41 @@ def test_a_parameter_of_one_sweep_only_is_shown_once_unless_it_tells_two_arms_ap
     assert {line.split(" | ")[1] for line in out.splitlines()[4:]} == {"-", "init=runs/A"}
 
 
+def test_a_claims_figure_names_its_combinations_by_the_arms_of_its_hypothesis(tmp_path, monkeypatch):
+    """fcn-table-2's runs are drawn as the hypothesis's FCN-32s, FCN-16s and FCN-8s; a parameter the arm leaves
+    open is written beside its name, and a combination no hypothesis names keeps its parameters."""
+    from matplotlib.figure import Figure
+
+    from common import claims
+
+    store = tmp_path / "results"
+    store.mkdir()
+    for variant, lr in (("32s", 0.001), ("16s", 0.001), ("8s", 0.001), ("8s", 0.01), ("4s", 0.001)):
+        for seed in (0, 1):
+            run = fake(f"{variant}-{lr}-{seed}", "fcn", 0.3 + seed / 100, steps=100, steps_per_epoch=50, epochs=2,
+                       sweep={"name": "fcn-table-2", "combination": {"paper": "fcn", "seed": seed, "lr": lr,
+                                                                     "model-kwargs": f"variant={variant}"}},
+                       curves={"eval/accuracy": [[50, 0.2], [100, 0.3 + seed / 100]]})
+            (store / f"{variant}-{lr}-{seed}.json").write_text(json.dumps(run))
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    assert leaderboard.main(["--results-dir", str(store), "--sweep", "fcn-table-2", "--plot",
+                             str(tmp_path / "table-2.png"), "--curve", "eval/accuracy"]) == 0
+    ticks = sorted(t.get_text() for t in drawn[-1].axes[0].get_yticklabels())
+    assert ticks == ["FCN-16s, lr=0.001", "FCN-32s, lr=0.001", "FCN-8s, lr=0.001", "FCN-8s, lr=0.01",
+                     "lr=0.001, model-kwargs=variant=4s"]
+    legend = sorted(t.get_text() for t in drawn[-1].axes[1].get_legend().get_texts())
+    assert legend == [f"{tick} (n 2)" for tick in ticks]
+    # two hypotheses that name one combination differently: both names
+    named = claims.arm_names()
+    assert ("fcn-table-2", {"model-kwargs": "variant=8s"}, "FCN-8s") in named
+    runs = [{"sweep": {"name": "fcn-table-2", "combination": {"model-kwargs": "variant=8s"}}}]
+    assert leaderboard.arm_label(runs, {}, named) == "FCN-8s"
+    assert leaderboard.arm_label(runs, {}, named + [("fcn-table-2", {"model-kwargs": "variant=8s"}, "8s")]) == "FCN-8s / 8s"
+    assert leaderboard.arm_label(runs, {"lr": 0.1}, named) == "FCN-8s, lr=0.1"
+    assert leaderboard.arm_label([{"sweep": {"name": "fcn-table-2", "combination": {}}}], {}, named) is None
+
+
 def test_figures_name_each_arm_and_tell_the_eleventh_curve_from_the_first(tmp_path, monkeypatch):
     """A claim's arm that is another sweep's defaults (it sets nothing) is named by its sweep, not by the
     joined names; past the ten colours of the cycle, --wall-curves draws the same colours dashed."""
