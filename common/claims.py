@@ -494,7 +494,7 @@ def markers(name: str) -> tuple[str, str]:
 
 
 def replace_block(content: str, text: str, name: str, where: str = "the file") -> str:
-    from common.leaderboard import replace_between  # (its module imports matplotlib where it draws, not here)
+    from common.docs import replace_between
 
     return replace_between(content, *markers(name), text, where)
 
@@ -550,7 +550,7 @@ def saved_provenance(saved: dict, run_ids) -> dict:
 
 
 def judge_all(paths: list[Path], results_dir: Path) -> list[tuple[Hypothesis, list[Judged]]]:
-    from common.leaderboard import local_results
+    from common.tracking import local_results
 
     results = local_results(results_dir)
     return [(h, judge(h, results)) for h in map(load, paths)]

@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
+from common.errors import ConfigError
+
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.M | re.S)  # indented too, as in a list item
 CODE_SPAN = re.compile(r"``.+?``|`[^`]+`", re.S)
@@ -92,3 +94,12 @@ def linked_files(page: Path, root: Path = ROOT) -> set[Path]:
         if where and where.is_file() and where.is_relative_to(root.resolve()):
             found.add(where)
     return found
+
+
+def replace_between(content: str, start: str, end: str, text: str, where: object = "the file") -> str:
+    """`content` with what stands between its lines `start` and `end` replaced by `text`; the rest is kept
+    byte for byte. A ConfigError naming `where` unless each line is there once, in that order."""
+    if content.count(start) != 1 or content.count(end) != 1 or content.index(start) > content.index(end):
+        raise ConfigError(f"{where} needs one '{start}' line and, after it, one '{end}' line")
+    head, rest = content.split(start, 1)
+    return f"{head}{start}\n{text.rstrip()}\n{end}{rest.split(end, 1)[1]}"

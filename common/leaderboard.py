@@ -32,8 +32,9 @@ from pathlib import Path
 from common import seeds
 from common.choices import BPE_VOCAB_SIZE
 from common.config import describe_kwargs
+from common.docs import replace_between
 from common.errors import ConfigError
-from common.tracking import find_result, short_commit
+from common.tracking import find_result, local_results, short_commit
 
 # Nothing above imports torch, so that --help and a mistyped flag are answered at once; the task kinds
 # (common.tasks, with torch and torchmetrics) are imported where a ranking reads them.
@@ -44,12 +45,6 @@ COLUMNS = ["rank", "paper", "flavor", "metric", "params", "strategy", "precision
 
 
 # ---------------------------------------------------------------- reading results
-
-
-def local_results(results_dir: str | Path) -> list[dict]:
-    """Every result in the store; an interrupted run never wrote one."""
-    folder = Path(results_dir)
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
 def wandb_results(project: str, api=None) -> list[dict]:
@@ -179,15 +174,6 @@ def render(tables: dict, fmt: str, one_table: bool = False) -> str:
 def markers(name: str | None = None) -> tuple[str, str]:
     """The lines a section lies between: the leaderboard's, or a named one's (a sweep's)."""
     return (START, END) if name is None else (f"<!-- leaderboard:{name}:start -->", f"<!-- leaderboard:{name}:end -->")
-
-
-def replace_between(content: str, start: str, end: str, text: str, where: object = "the file") -> str:
-    """`content` with what stands between its lines `start` and `end` replaced by `text`; the rest is kept
-    byte for byte. A ConfigError naming `where` unless each line is there once, in that order."""
-    if content.count(start) != 1 or content.count(end) != 1 or content.index(start) > content.index(end):
-        raise ConfigError(f"{where} needs one '{start}' line and, after it, one '{end}' line")
-    head, rest = content.split(start, 1)
-    return f"{head}{start}\n{text.rstrip()}\n{end}{rest.split(end, 1)[1]}"
 
 
 def write_section(path: Path, text: str, name: str | None = None) -> None:

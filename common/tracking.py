@@ -283,6 +283,12 @@ def store_result(result: dict, results_dir: Path) -> Path:
     return final
 
 
+def local_results(results_dir: str | Path) -> list[dict]:
+    """Every result in the store; an interrupted run never wrote one."""
+    folder = Path(results_dir)
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
 def find_result(run: str, results_dir: str | Path) -> tuple[dict, Path]:
     """(result, run directory) of a finished run, by its run id (in the store) or its run directory."""
     path = Path(run)
